@@ -1,0 +1,50 @@
+"""4-D additive attention masks for one decoding step, built from positions and a local visibility matrix.
+
+The model's own mask builder is skipped when a 4-D mask is passed, so sliding windows must be
+enforced here. Models that mix layer types (Gemma 3, Qwen2/3 with `layer_types`) take a dict
+{layer_type: mask}; the others take one tensor (with the window applied if `sliding_window` is set
+for every layer, as in Mistral).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+class MaskBuilder:
+    def __init__(self, config: Any, dtype: torch.dtype) -> None:
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        window = getattr(text, "sliding_window", None)
+        layer_types = getattr(text, "layer_types", None)
+        self.dtype = dtype
+        self.min = torch.finfo(dtype).min
+        # kind name -> window (None means full attention); `as_dict` says how the model takes them.
+        if layer_types:
+            self.as_dict = True
+            self.kinds = {t: (window if t == "sliding_attention" else None) for t in dict.fromkeys(layer_types)}
+            unknown = set(self.kinds) - {"full_attention", "sliding_attention"}
+            if unknown:
+                raise NotImplementedError(f"attention layer types {sorted(unknown)} are not supported yet")
+        else:
+            self.as_dict = False
+            self.kinds = {"full_attention": window if isinstance(window, int) and window > 0 else None}
+
+    def build(self, prefix: int, positions: torch.Tensor, local: torch.Tensor) -> torch.Tensor | dict[str, torch.Tensor]:
+        """Mask for Q query tokens over `prefix` cached keys (positions 0..prefix-1) plus the Q new keys.
+
+        positions: [Q] absolute positions of the query tokens; local: [Q, Q] bool, local[i, j] says
+        query i may see new key j. Returns [1, 1, Q, prefix + Q] additive masks (0 visible, min elsewhere).
+        """
+        q = positions.shape[0]
+        key_pos = torch.cat([torch.arange(prefix, dtype=positions.dtype), positions])  # [K]
+        visible = torch.cat([torch.ones(q, prefix, dtype=torch.bool), local], dim=1)  # [Q, K]
+        masks: dict[str, torch.Tensor] = {}
+        for kind, window in self.kinds.items():
+            vis = visible
+            if window is not None:
+                vis = vis & ((positions[:, None] - key_pos[None, :]) < window)
+            m = torch.zeros(q, prefix + q, dtype=self.dtype).masked_fill_(~vis, self.min)
+            masks[kind] = m[None, None]
+        return masks if self.as_dict else masks["full_attention"]

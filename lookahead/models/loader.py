@@ -1,0 +1,159 @@
+"""load(): resolve a model name or path, load it through public transformers APIs, cache conversions."""
+
+from __future__ import annotations
+
+import json
+import logging
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lookahead.errors import ModelNotFoundError, PromptError
+from lookahead.models.registry import EMBEDDED, cache_root
+
+Messages = Sequence[dict[str, str]]
+PromptLike = str | Messages | Sequence[int]
+
+_DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A causal LM, its tokenizer, and the facts the engine needs about them."""
+
+    name: str
+    model: Any  # transformers PreTrainedModel (AutoModelForCausalLM)
+    tokenizer: Any  # transformers tokenizer with a chat template
+    eos_token_ids: tuple[int, ...]
+    context_length: int
+    dtype: torch.dtype
+
+    def encode(self, prompt: PromptLike, *, raw: bool = False) -> list[int]:
+        """Token ids for a prompt: a str (a user chat message unless raw), chat messages, or ids."""
+        if isinstance(prompt, str):
+            if not prompt.strip():
+                raise PromptError("the prompt is empty; give some text (or '-' to read it from stdin)")
+            if raw or not getattr(self.tokenizer, "chat_template", None):
+                return list(self.tokenizer(prompt, add_special_tokens=True)["input_ids"])
+            prompt = [{"role": "user", "content": prompt}]
+        if len(prompt) == 0:
+            raise PromptError("the prompt is empty")
+        if all(isinstance(t, int) for t in prompt):
+            return [int(t) for t in prompt]  # already token ids
+        for m in prompt:
+            if not isinstance(m, dict) or "role" not in m or "content" not in m:
+                raise PromptError('chat messages must be dicts with "role" and "content"')
+        ids = self.tokenizer.apply_chat_template(list(prompt), add_generation_prompt=True, tokenize=True)
+        if isinstance(ids, dict) or hasattr(ids, "keys"):
+            ids = ids["input_ids"]
+        return [int(t) for t in ids]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+
+def parse_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in _DTYPES:
+        raise ModelNotFoundError(f"unknown dtype {dtype!r}; choose one of {', '.join(_DTYPES)}")
+    return _DTYPES[dtype]
+
+
+def load(name_or_path: str = "smollm2-135m-instruct", *, dtype: str | torch.dtype = "float32") -> LoadedModel:
+    """Load an embedded model by name, a Hugging Face model folder, or a .gguf file."""
+    torch_dtype = parse_dtype(dtype)
+    if name_or_path in EMBEDDED:
+        gguf = EMBEDDED[name_or_path].gguf_path()
+        folder = _converted_folder(gguf)
+        return _from_folder(folder, name_or_path, torch_dtype)
+    path = Path(name_or_path).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return _from_folder(_converted_folder(path), path.stem, torch_dtype)
+    if path.is_dir() and (path / "config.json").is_file():
+        return _from_folder(path, path.name, torch_dtype)
+    known = ", ".join(EMBEDDED)
+    raise ModelNotFoundError(
+        f"no model at {name_or_path!r}: give one of the embedded names ({known}), "
+        "a Hugging Face model folder (with config.json), or a .gguf file"
+    )
+
+
+def _converted_folder(gguf: Path) -> Path:
+    """Dequantize a GGUF once into a plain HF folder under the cache (loading GGUF takes ~40 s; a folder ~2 s)."""
+    stat = gguf.stat()
+    folder = cache_root() / "converted" / f"{gguf.stem}-{stat.st_size}"
+    if (folder / "lookahead-source.json").is_file():
+        return folder
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+            model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    except Exception as exc:  # transformers raises many kinds for a bad file
+        raise ModelNotFoundError(f"cannot read GGUF file {gguf}: {type(exc).__name__}: {exc}".splitlines()[0]) from None
+    # save_pretrained refuses a model loaded from GGUF; rebuild a plain one from its config and weights.
+    config = model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    plain.load_state_dict(model.state_dict())
+    plain.generation_config = model.generation_config
+    folder.mkdir(parents=True, exist_ok=True)
+    plain.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    (folder / "lookahead-source.json").write_text(json.dumps({"gguf": str(gguf), "size": stat.st_size}))
+    return folder
+
+
+def _from_folder(folder: Path, name: str, dtype: torch.dtype) -> LoadedModel:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype)
+    except Exception as exc:
+        raise ModelNotFoundError(f"cannot load model from {folder}: {type(exc).__name__}: {exc}".splitlines()[0]) from None
+    return wrap(model, tokenizer, name=name)
+
+
+def wrap(model: Any, tokenizer: Any, *, name: str) -> LoadedModel:
+    """Wrap an already-loaded HF model and tokenizer (e.g. built in a test) for the engine."""
+    model.eval()
+    return LoadedModel(
+        name=name,
+        model=model,
+        tokenizer=tokenizer,
+        eos_token_ids=_eos_ids(model, tokenizer),
+        context_length=_context_length(model.config),
+        dtype=next(model.parameters()).dtype,
+    )
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> tuple[int, ...]:
+    ids: list[int] = []
+    for source in (getattr(model, "generation_config", None), model.config, tokenizer):
+        value = getattr(source, "eos_token_id", None)
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(v, int) and v >= 0 and v not in ids:
+                ids.append(v)
+    return tuple(ids)
+
+
+def _context_length(config: Any) -> int:
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    for attr in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        value = getattr(text, attr, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return 2048

@@ -25,7 +25,9 @@ class IncrementalText:
         self.ids.append(token)
         before = self._decode(self.ids[self.prefix_offset : self.read_offset])
         after = self._decode(self.ids[self.prefix_offset :])
-        if len(after) > len(before) and not after.endswith("\ufffd"):
+        # Hold back a trailing U+FFFD only while it may still become a character (UTF-8 is <= 4 bytes).
+        pending = len(self.ids) - self.read_offset
+        if len(after) > len(before) and (not after.endswith("\ufffd") or pending >= 4):
             self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
             return after[len(before) :]
         return ""

@@ -67,6 +67,13 @@ def parse_dtype(dtype: str | torch.dtype) -> torch.dtype:
 def load(name_or_path: str = "smollm2-135m-instruct", *, dtype: str | torch.dtype = "float32") -> LoadedModel:
     """Load an embedded model by name, a Hugging Face model folder, or a .gguf file."""
     torch_dtype = parse_dtype(dtype)
+    if name_or_path.startswith("tiny:"):  # random-weight test models, built in-process (see lookahead.testing)
+        from lookahead.testing import ARCHS, tiny_model
+
+        arch = name_or_path.split(":", 1)[1]
+        if arch not in ARCHS:
+            raise ModelNotFoundError(f"unknown tiny model {name_or_path!r}; choose tiny:<{'|'.join(ARCHS)}>")
+        return tiny_model(arch, dtype=torch_dtype)
     if name_or_path in EMBEDDED:
         gguf = EMBEDDED[name_or_path].gguf_path()
         folder = _converted_folder(gguf)

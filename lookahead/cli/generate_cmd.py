@@ -1,0 +1,105 @@
+"""`lookahead generate`: decode one prompt, optionally comparing lookahead with autoregressive decoding."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from lookahead.config import STRATEGIES, LookaheadConfig, SamplingConfig
+from lookahead.engine import GenerationResult, generate, stream_events
+from lookahead.errors import PromptError
+from lookahead.models import DEFAULT_MODEL, load
+
+_STAT_KEYS = ("prompt_tokens", "new_tokens", "steps", "tokens_per_step", "guesses_verified", "guesses_accepted",
+              "prefill_s", "decode_s", "tokens_per_s")
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("generate", help="generate text for one prompt")
+    p.add_argument("prompt", nargs="?", default=None, help="the prompt, or '-' to read stdin")
+    p.add_argument("--model", default=DEFAULT_MODEL, help=f"embedded name, HF folder or .gguf (default {DEFAULT_MODEL})")
+    p.add_argument("--dtype", default="float32", help="float32 (default), bfloat16, float16, float64")
+    p.add_argument("--strategy", default="lookahead", choices=STRATEGIES)
+    d = LookaheadConfig()
+    p.add_argument("--window", "-W", type=int, default=d.window, help=f"lookahead window W (default {d.window})")
+    p.add_argument("--ngram", "-N", type=int, default=d.ngram, help=f"n-gram size N (default {d.ngram})")
+    p.add_argument("--guesses", "-G", type=int, default=d.guesses, help=f"verified n-grams per step G (default {d.guesses})")
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    p.add_argument("--raw", action="store_true", help="send the prompt as raw text, not as a user chat message")
+    p.add_argument("--stream", action="store_true", help="print text as it is accepted")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--compare", action="store_true", help="run autoregressive and lookahead, report speedup and identity")
+    p.set_defaults(func=run)
+
+
+def _read_prompt(args: argparse.Namespace) -> str:
+    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    if prompt is None or not prompt.strip():
+        raise PromptError("the prompt is empty; pass it as an argument or '-' to read stdin")
+    return prompt
+
+
+def _payload(r: GenerationResult) -> dict[str, Any]:
+    stats = r.stats.to_dict()
+    return {"text": r.text, "token_ids": r.token_ids, "finish_reason": r.finish_reason, "strategy": r.strategy,
+            "stats": {k: stats[k] for k in _STAT_KEYS} | {"processed_tokens": stats["processed_tokens"],
+                                                          "acceptance_rate": stats["acceptance_rate"]}}
+
+
+def run(args: argparse.Namespace) -> int:
+    # Validate everything cheap before loading the model.
+    prompt = _read_prompt(args)
+    la = LookaheadConfig(window=args.window, ngram=args.ngram, guesses=args.guesses)
+    sampling = SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+    if args.max_new_tokens < 1:
+        raise PromptError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    loaded = load(args.model, dtype=args.dtype)
+    common = dict(max_new_tokens=args.max_new_tokens, lookahead=la, sampling=sampling, stop=args.stop, raw=args.raw)
+
+    if args.compare:
+        ar = generate(loaded, prompt, strategy="autoregressive", **common)
+        lk = generate(loaded, prompt, strategy="lookahead", **common)
+        speedup = lk.stats.tokens_per_s / ar.stats.tokens_per_s if ar.stats.tokens_per_s else 0.0
+        identical = ar.token_ids == lk.token_ids
+        if args.json:
+            print(json.dumps({"autoregressive": _payload(ar), "lookahead": _payload(lk),
+                              "speedup": speedup, "identical": identical}))
+        else:
+            _print_compare(loaded.name, la, ar, lk, speedup, identical)
+        return 0 if identical else 1
+
+    if args.stream and not args.json:
+        result = None
+        for event in stream_events(loaded, prompt, strategy=args.strategy, **common):
+            print(event.text, end="", flush=True)
+            result = event.result
+        print()
+        assert result is not None
+        s = result.stats
+        print(f"[{result.strategy}] {s.new_tokens} tokens, {s.tokens_per_s:.1f} tok/s, "
+              f"{s.tokens_per_step:.2f} tokens/step, finish={result.finish_reason}", file=sys.stderr)
+        return 0
+    result = generate(loaded, prompt, strategy=args.strategy, **common)
+    print(json.dumps(_payload(result)) if args.json else result.text)
+    return 0
+
+
+def _print_compare(model: str, la: LookaheadConfig, ar: GenerationResult, lk: GenerationResult,
+                   speedup: float, identical: bool) -> None:
+    print(lk.text)
+    print()
+    print(f"model {model}, lookahead W={la.window} N={la.ngram} G={la.guesses}")
+    print(f"{'strategy':<16}{'tokens':>8}{'steps':>8}{'tok/step':>10}{'decode s':>10}{'tok/s':>9}{'total s':>9}")
+    for r in (ar, lk):
+        s = r.stats
+        print(f"{r.strategy:<16}{s.new_tokens:>8}{s.steps:>8}{s.tokens_per_step:>10.2f}"
+              f"{s.decode_s:>10.2f}{s.tokens_per_s:>9.1f}{s.total_s:>9.2f}")
+    print(f"speedup (decode tokens/s): {speedup:.2f}x   whole call: {ar.stats.total_s / lk.stats.total_s:.2f}x")
+    print(f"token ids identical: {'yes' if identical else 'NO (see README: float rounding caveat)'}")

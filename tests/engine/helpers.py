@@ -1,0 +1,40 @@
+"""Shared helpers for engine tests: cached tiny float64 models and a transformers reference."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from lookahead.models import LoadedModel
+from lookahead.testing import tiny_model
+
+
+@functools.lru_cache(maxsize=None)
+def model64(arch: str) -> LoadedModel:
+    return tiny_model(arch, dtype=torch.float64, seed=0)
+
+
+def hf_greedy(loaded: LoadedModel, prompt_ids: list[int], max_new_tokens: int, eos: tuple[int, ...] | None = None) -> list[int]:
+    """transformers' own generate(do_sample=False): the reference every strategy must match."""
+    ids = torch.tensor([prompt_ids])
+    eos_ids = list(loaded.eos_token_ids if eos is None else eos)
+    out = loaded.model.generate(
+        ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=max_new_tokens,
+        eos_token_id=eos_ids or None, pad_token_id=0,
+    )
+    return out[0, ids.shape[1]:].tolist()
+
+
+def prompts(n: int) -> list[str]:
+    """n varied prompts: repetitive ones (where guesses hit), plain text, code, numbers."""
+    base = [
+        "hello hello hello", "abcabcabcabc", "def f(x):\n    return x\ndef g(x):\n    return",
+        "1, 2, 3, 4, 5, 6, 7, 8,", "The quick brown fox jumps over the lazy dog. The quick",
+        "{\"a\": 1, \"b\": 2, \"c\":", "one two three one two three one", "zzzzzzzz", "Q: why? A:",
+        "lorem ipsum dolor sit amet", "<tag><tag><tag>", "x", "a b a b a b a b", "SELECT * FROM t WHERE",
+        "for i in range(10):\n    print(i)\nfor i in range(10):\n", "Once upon a time", "ha" * 12,
+        "3.14159 2.71828 3.14159", "Dear Sir, Dear Sir, Dear", "[1, [2, [3, [4,", "END END",
+        "mississippi mississippi", "tick tock tick tock",
+    ]
+    return base[:n]

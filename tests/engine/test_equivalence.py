@@ -1,0 +1,113 @@
+"""Lossless, exactly: in float64, lookahead == autoregressive == transformers' generate(), token for token."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import lookahead
+from lookahead import LookaheadConfig
+from lookahead.testing import ARCHS
+
+from .helpers import hf_greedy, model64, prompts
+
+# (W, N, G, context_ngrams): the paper's shape, the extremes (W=1, N=2, G=0), G far larger than the pool,
+# and the pure Jacobi pool without context n-grams.
+CONFIGS = [
+    LookaheadConfig(4, 4, 4),
+    LookaheadConfig(1, 2, 0),
+    LookaheadConfig(1, 2, 1),
+    LookaheadConfig(3, 5, 50),
+    LookaheadConfig(2, 3, 2, context_ngrams=False),
+]
+MAX_NEW = 24
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_lookahead_equals_autoregressive_equals_generate(arch: str) -> None:
+    lm = model64(arch)
+    total_steps = total_tokens = 0
+    for i, text in enumerate(prompts(20)):
+        ids = lm.encode(text, raw=True)
+        ar = lookahead.generate(lm, ids, max_new_tokens=MAX_NEW, strategy="autoregressive")
+        assert ar.token_ids == hf_greedy(lm, ids, MAX_NEW), f"autoregressive != generate() on prompt {i}"
+        assert ar.stats.steps == ar.stats.new_tokens
+        cfg = CONFIGS[i % len(CONFIGS)]
+        la = lookahead.generate(lm, ids, max_new_tokens=MAX_NEW, lookahead=cfg)
+        assert la.token_ids == ar.token_ids, f"{arch} prompt {i} {cfg}"
+        assert la.text == ar.text and la.finish_reason == ar.finish_reason
+        total_steps += la.stats.steps
+        total_tokens += la.stats.new_tokens
+    # the verification branch must have accepted something, or this test proves nothing
+    assert total_tokens / total_steps > 1.2
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_every_config_on_repetitive_prompt_accepts(arch: str) -> None:
+    lm = model64(arch)
+    ids = lm.encode("abcabcabcabcabcabcabcabc", raw=True)
+    ar = lookahead.generate(lm, ids, max_new_tokens=40, strategy="autoregressive")
+    for cfg in CONFIGS:
+        la = lookahead.generate(lm, ids, max_new_tokens=40, lookahead=cfg)
+        assert la.token_ids == ar.token_ids, cfg
+        if cfg.guesses > 0:
+            assert la.stats.tokens_per_step > 1.0, cfg
+            assert la.stats.guesses_accepted > 0
+
+
+def test_gemma3_masks_stay_right_past_the_sliding_window() -> None:
+    # tiny gemma3 has sliding_window=8 on 3 of its 4 layers; 120 tokens is 15 windows
+    lm = model64("gemma3")
+    ids = lm.encode("the window slides " * 4, raw=True)
+    no_eos = dataclasses.replace(lm, eos_token_ids=())
+    ar = lookahead.generate(no_eos, ids, max_new_tokens=120, strategy="autoregressive")
+    assert ar.token_ids == hf_greedy(lm, ids, 120, eos=())
+    la = lookahead.generate(no_eos, ids, max_new_tokens=120, lookahead=LookaheadConfig(3, 4, 4))
+    assert la.token_ids == ar.token_ids
+    assert la.stats.tokens_per_step > 1.0
+
+
+@pytest.mark.parametrize("arch", ["llama", "mistral", "gpt2"])
+def test_eos_forced_mid_run(arch: str) -> None:
+    lm = model64(arch)
+    ids = lm.encode("abcabcabcabc tick tock tick tock", raw=True)
+    free = lookahead.generate(dataclasses.replace(lm, eos_token_ids=()), ids, max_new_tokens=40,
+                              strategy="autoregressive").token_ids
+    eos = free[len(free) // 2]  # a token that certainly occurs mid-run
+    first = free.index(eos)
+    lm_eos = dataclasses.replace(lm, eos_token_ids=(eos,))
+    for strategy in ("autoregressive", "lookahead"):
+        r = lookahead.generate(lm_eos, ids, max_new_tokens=40, strategy=strategy)
+        assert r.token_ids == free[: first + 1], strategy  # EOS included, nothing after it
+        assert r.finish_reason == "stop"
+    assert hf_greedy(lm, ids, 40, eos=(eos,)) == free[: first + 1]
+
+
+def test_max_new_tokens_cuts_inside_an_accepted_run() -> None:
+    lm = model64("llama")
+    ids = lm.encode("abcabcabcabcabcabcabcabc", raw=True)
+    full = lookahead.generate(lm, ids, max_new_tokens=40, strategy="autoregressive").token_ids
+    runs = lookahead.generate(lm, ids, max_new_tokens=40)
+    assert runs.stats.tokens_per_step > 1.5  # so most cut points fall inside a multi-token run
+    for k in range(1, 20):
+        r = lookahead.generate(lm, ids, max_new_tokens=k)
+        assert r.token_ids == full[:k]
+        assert r.finish_reason == "length" or full[k - 1] in lm.eos_token_ids
+
+
+def test_stop_strings_truncate_where_autoregressive_stops() -> None:
+    lm = model64("qwen2")
+    ids = lm.encode("one two three one two three one", raw=True)
+    free = lookahead.generate(lm, ids, max_new_tokens=40, strategy="autoregressive")
+    text = free.text
+    assert len(text) > 10
+    stop = text[len(text) // 2 : len(text) // 2 + 2]
+    for strategy in ("autoregressive", "lookahead"):
+        r = lookahead.generate(lm, ids, max_new_tokens=40, strategy=strategy, stop=[stop, "never-there"])
+        assert r.finish_reason == "stop"
+        assert r.text == text[: text.find(stop)]
+        assert stop not in r.text
+    a = lookahead.generate(lm, ids, max_new_tokens=40, strategy="autoregressive", stop=[stop])
+    b = lookahead.generate(lm, ids, max_new_tokens=40, stop=[stop])
+    assert a.token_ids == b.token_ids

@@ -1,0 +1,55 @@
+"""KV-cache compaction checked directly against the cache autoregressive decoding builds."""
+
+from __future__ import annotations
+
+import torch
+
+from lookahead import LookaheadConfig
+from lookahead.candidates.lookahead import LookaheadProposer
+from lookahead.config import GREEDY
+from lookahead.engine.kvcache import KVCache
+from lookahead.engine.sampling import TokenChooser
+from lookahead.engine.step import StepRunner
+
+from .helpers import model64
+
+
+def test_cache_after_lookahead_steps_equals_autoregressive_cache() -> None:
+    for arch in ("llama", "gemma3", "gpt2"):
+        lm = model64(arch)
+        prompt = lm.encode("abcabcabcabcabcabc", raw=True)
+        runner = StepRunner(lm.model, TokenChooser(GREEDY, lm.model.config.vocab_size))
+        proposer = LookaheadProposer(LookaheadConfig(3, 4, 4), prompt)
+        cache = KVCache()
+        runner.prefill(cache, prompt)
+        context = list(prompt)
+        multi = 0
+        for _ in range(8):
+            outcome = runner.step(cache, context[-1], proposer.propose(context, budget=100))
+            context.extend(outcome.accepted)
+            proposer.update(context, outcome)
+            multi += len(outcome.accepted) > 1
+            # the cache holds exactly the accepted tokens but the newest (the next root)
+            assert cache.get_seq_length() == len(context) - 1
+            reference = KVCache()
+            runner.prefill(reference, context)  # caches context[:-1] in one plain causal pass
+            for mine, ref in zip(cache.layers, reference.layers):
+                torch.testing.assert_close(mine.keys, ref.keys, rtol=1e-9, atol=1e-9)
+                torch.testing.assert_close(mine.values, ref.values, rtol=1e-9, atol=1e-9)
+        assert multi > 0, f"{arch}: no step accepted a guess, so compaction was not exercised"
+
+
+def test_growable_layer_keep_and_crop() -> None:
+    cache = KVCache()
+    k = torch.arange(2 * 3 * 6 * 4, dtype=torch.float64).reshape(2, 3, 6, 4)
+    cache.update(k, k + 1000, 0)
+    cache.update(k[:, :, :4] + 5000, k[:, :, :4] + 6000, 0)  # 4 new entries after a prefix of 6
+    cache.keep(6, torch.tensor([0, 2]))
+    layer = cache.layers[0]
+    assert layer.keys.shape[-2] == 8
+    torch.testing.assert_close(layer.keys[:, :, :6], k)
+    torch.testing.assert_close(layer.keys[:, :, 6], k[:, :, 0] + 5000)
+    torch.testing.assert_close(layer.keys[:, :, 7], k[:, :, 2] + 5000)
+    torch.testing.assert_close(layer.values[:, :, 7], k[:, :, 2] + 6000)
+    cache.crop(-3)
+    assert cache.get_seq_length() == 5

@@ -1,0 +1,1 @@
+"""Per-class benchmark, cost report, recommended policy and serving-path profile (`lookahead bench`)."""

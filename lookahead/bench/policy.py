@@ -1,0 +1,87 @@
+"""policy.json: the recommended strategy per class, in the format the server reads (--policy).
+
+A class gets a non-autoregressive strategy only when the lower end of the bootstrap 95% interval of
+device-seconds saved per request is above zero, over at least MIN_PAIRED requests; among such
+strategies the one saving most on average wins. Where the fitted break-even output length is above one token, a rule sends requests
+of that class whose max_tokens is below it to autoregressive decoding.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from lookahead.bench.config import BASELINE
+from lookahead.config import STRATEGIES as POLICY_STRATEGIES
+from lookahead.config import LookaheadConfig
+
+POLICY_VERSION = 1
+MIN_PAIRED = 5  # fewer paired requests than this never earn a non-autoregressive recommendation
+
+
+def decision(strategy: str, lk: LookaheadConfig) -> dict[str, Any]:
+    out: dict[str, Any] = {"strategy": strategy}
+    if strategy == "lookahead":
+        out["lookahead"] = {"window": lk.window, "ngram": lk.ngram, "guesses": lk.guesses}
+    return out
+
+
+def choose(table: Mapping[str, Any], candidates: Sequence[str]) -> tuple[str, str]:
+    """(strategy, reason) for one class's strategy table."""
+    best, best_saved = BASELINE, 0.0
+    notes = []
+    for s in candidates:
+        st = table.get(s)
+        if not st or "device_s_saved_per_request" not in st:
+            continue
+        saved = st["device_s_saved_per_request"]
+        lo = saved["ci95"][0]
+        n = int(st.get("paired_n", 0))
+        notes.append(f"{s}: saves {saved['mean']:.4f} s/request, 95% CI [{lo:.4f}, {saved['ci95'][1]:.4f}], n={n}"
+                     + (f" (under {MIN_PAIRED}: too few to recommend)" if n < MIN_PAIRED else ""))
+        if n >= MIN_PAIRED and lo > 0 and saved["mean"] > best_saved:
+            best, best_saved = s, saved["mean"]
+    if best == BASELINE:
+        reason = "no strategy saves device-seconds with confidence (95% interval lower bound <= 0)"
+    else:
+        reason = f"{best} saves device-seconds with confidence (95% interval lower bound > 0)"
+    return best, reason + ("; " + "; ".join(notes) if notes else "")
+
+
+def build_policy(classes: Mapping[str, dict[str, Any]], crossover: Mapping[str, dict[str, Any]],
+                 strategies: Sequence[str], lk: LookaheadConfig, meta: Mapping[str, Any]) -> dict[str, Any]:
+    """The policy document. `strategies`: what was measured; only engine strategies the server knows
+    can be recommended (transformers reference rows never are)."""
+    candidates = [s for s in strategies if s != BASELINE and s in POLICY_STRATEGIES]
+    per_class: dict[str, Any] = {}
+    reasons: dict[str, str] = {}
+    rules: list[dict[str, Any]] = []
+    for cls in sorted(classes):
+        choice, why = choose(classes[cls]["strategies"], candidates)
+        per_class[cls] = decision(choice, lk)
+        reasons[cls] = why
+        if choice != BASELINE:
+            n_star = crossover.get(cls, {}).get(choice, {}).get("break_even_new_tokens")
+            if (crossover.get(cls, {}).get(choice, {}).get("wins_for") == "longer outputs"
+                    and n_star is not None and n_star > 1):
+                rules.append({"if": {"class": cls, "max_tokens_below": int(math.ceil(n_star))}, "strategy": BASELINE})
+    chosen = {d["strategy"] for d in per_class.values()}
+    # Traffic of an unmeasured class: a non-autoregressive default only when every measured class agrees.
+    default_strategy = next(iter(chosen)) if len(chosen) == 1 else BASELINE
+    return {
+        "version": POLICY_VERSION,
+        "default": decision(default_strategy, lk),
+        "classes": per_class,
+        "rules": rules,
+        "meta": {**dict(meta), "reasons": reasons},
+    }
+
+
+def validate_with_server(path: Any) -> None:
+    """Load the written file with the server's own loader when the server package is present."""
+    try:
+        from lookahead.server.policy import load_policy
+    except ImportError:
+        return
+    load_policy(path)

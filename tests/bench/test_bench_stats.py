@@ -1,0 +1,130 @@
+"""Unit tests of the statistics, crossover, mix and policy formulas on synthetic records."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lookahead.bench.config import BenchConfig, parse_mix, parse_wng
+from lookahead.bench.economics import _break_even_share, blend, cost_model, crossover, linear_fit
+from lookahead.bench.policy import build_policy
+from lookahead.bench.stats import bootstrap_ci, percentile
+from lookahead.config import LookaheadConfig
+from lookahead.errors import ConfigError
+
+
+@given(st.lists(st.floats(-1e6, 1e6), min_size=1, max_size=50), st.floats(0, 100))
+def test_percentile_matches_numpy(values: list[float], q: float) -> None:
+    assert percentile(values, q) == pytest.approx(float(np.percentile(values, q)), rel=1e-9, abs=1e-6)
+
+
+def test_bootstrap_interval() -> None:
+    assert bootstrap_ci([2.0], np.median, resamples=200, seed=0) == [2.0, 2.0]
+    vals = list(np.random.default_rng(5).normal(1.5, 0.1, size=200))
+    lo, hi = bootstrap_ci(vals, np.median, resamples=1000, seed=0)
+    assert lo < float(np.median(vals)) < hi and hi - lo < 0.1
+    assert bootstrap_ci(vals, np.mean, resamples=1000, seed=3) == bootstrap_ci(vals, np.mean, resamples=1000, seed=3)
+
+
+def rec(n: float, device: float, prefill: float = 0.1, steps: float | None = None, verified: float = 0.0,
+        accepted: float = 0.0) -> dict:
+    steps = n if steps is None else steps
+    return {"new_tokens": n, "device_s": device, "prefill_s": prefill, "decode_s": device - prefill, "steps": steps,
+            "guesses_verified": verified, "guesses_accepted": accepted, "total_s": device, "processed_tokens": n}
+
+
+def test_linear_fit_and_cost_model() -> None:
+    assert linear_fit([1, 2, 3], [3, 5, 7]) == pytest.approx((1.0, 2.0))
+    assert linear_fit([4, 4], [1, 2]) is None
+    (a, b), how = cost_model([rec(n, 0.5 + 0.01 * n) for n in (10, 50, 100)])
+    assert how == "least squares" and (a, b) == pytest.approx((0.5, 0.01))
+    (a, b), how = cost_model([rec(64, 1.0, prefill=0.2), rec(64, 1.4, prefill=0.4)])  # all hit the limit
+    assert how == "prefill + per-token cost" and a == pytest.approx(0.3) and b == pytest.approx((0.8 + 1.0) / 128)
+
+
+def test_crossover_break_even_length_and_acceptance() -> None:
+    # AR: 0.1 + 0.010 s/token; other: 0.5 + 0.006 s/token -> equal at n* = 0.4 / 0.004 = 100 tokens
+    lengths = (20, 60, 120, 200)
+    base = {str(n): rec(n, 0.1 + 0.010 * n) for n in lengths}
+    other = {str(n): rec(n, 0.5 + 0.006 * n, steps=n / 2, verified=n * 2, accepted=n / 2) for n in lengths}
+    c = crossover(base, other)
+    assert c["wins_for"] == "longer outputs" and c["break_even_new_tokens"] == pytest.approx(100.0)
+    # step costs: AR decode (0.01n)/n ... other (0.4 + 0.006n)/(n/2); ratio r, break-even acceptance (r-1)/v, v = 4
+    t_ar = np.median([(0.010 * n) / n for n in lengths])
+    t_o = np.median([(0.4 + 0.006 * n) / (n / 2) for n in lengths])
+    assert c["break_even_tokens_per_step"] == pytest.approx(t_o / t_ar)
+    assert c["break_even_acceptance_rate"] == pytest.approx((t_o / t_ar - 1) / 4)
+    assert c["observed_acceptance_rate"] == pytest.approx(0.25) and c["observed_tokens_per_step"] == pytest.approx(2.0)
+    worse = {str(n): rec(n, 0.05 + 0.02 * n) for n in lengths}
+    assert crossover(base, worse)["wins_for"] == "shorter outputs"
+
+
+def test_break_even_share() -> None:
+    win = [{"share": 0.2, "saved_usd": 3.0}]
+    lose = [{"share": 0.8, "saved_usd": -1.0}]
+    s = _break_even_share(win, lose)  # s*3 + (1-s)*(-1) = 0 -> s = 0.25
+    assert s == pytest.approx(0.25)
+    assert _break_even_share(win, []) == 0.0 and _break_even_share([], lose) is None
+
+
+def table(saved_mean: float, lo: float, n: int = 30) -> dict:
+    base = {"cost_per_request_usd": 1.0}
+    return {"strategies": {"autoregressive": base, "lookahead": {
+        "cost_per_request_usd": 1.0 - saved_mean, "paired_n": n,
+        "device_s_saved_per_request": {"mean": saved_mean, "ci95": [lo, 1.0]}}}}
+
+
+def test_policy_needs_a_confident_saving_and_adds_length_rules() -> None:
+    classes = {"code": table(0.4, 0.1), "chat": table(0.1, -0.05), "sum": table(0.3, 0.2)}
+    cross = {"code": {"lookahead": {"break_even_new_tokens": 37.2, "wins_for": "longer outputs"}},
+             "sum": {"lookahead": {"break_even_new_tokens": 0.0, "wins_for": "always"}}}
+    lk = LookaheadConfig(window=6, ngram=3, guesses=5)
+    pol = build_policy(classes, cross, ("autoregressive", "lookahead", "hf_generate"), lk, {"model": "m"})
+    assert pol["classes"]["code"] == {"strategy": "lookahead", "lookahead": {"window": 6, "ngram": 3, "guesses": 5}}
+    assert pol["classes"]["chat"] == {"strategy": "autoregressive"}
+    assert pol["default"] == {"strategy": "autoregressive"}  # the classes disagree
+    assert pol["rules"] == [{"if": {"class": "code", "max_tokens_below": 38}, "strategy": "autoregressive"}]
+    assert pol["meta"]["model"] == "m" and "lower bound" in pol["meta"]["reasons"]["chat"]
+    mix = blend(classes, {"code": 0.5, "chat": 0.25, "sum": 0.25}, ("autoregressive", "lookahead"),
+                {c: d["strategy"] for c, d in pol["classes"].items()})
+    assert mix["before_usd"] == pytest.approx(1.0)
+    assert mix["after"]["lookahead"]["blended_cost_usd"] == pytest.approx(1 - (0.5 * 0.4 + 0.25 * 0.1 + 0.25 * 0.3))
+    assert mix["policy_usd"] == pytest.approx(1 - (0.5 * 0.4 + 0.25 * 0.3))
+    unanimous = build_policy({"code": table(0.4, 0.1)}, {}, ("autoregressive", "lookahead"), lk, {})
+    assert unanimous["default"]["strategy"] == "lookahead"
+    few = build_policy({"code": table(0.4, 0.1, n=4)}, {}, ("autoregressive", "lookahead"), lk, {})
+    assert few["classes"]["code"]["strategy"] == "autoregressive" and "too few" in few["meta"]["reasons"]["code"]
+
+
+def test_config_parsing_at_the_edge(tmp_path) -> None:
+    assert parse_wng("8, 4, 2") == LookaheadConfig(window=8, ngram=4, guesses=2)
+    assert parse_mix("code=1,chat=3") == {"code": 0.25, "chat": 0.75}
+    with pytest.raises(ConfigError, match="add up to 0"):
+        parse_mix("code=0")
+    kw = dict(model="m", workloads=("w",), out=tmp_path, known_strategies=("autoregressive", "lookahead"))
+    with pytest.raises(ConfigError, match="twice"):
+        BenchConfig(strategies=("autoregressive", "lookahead", "lookahead"), **kw)
+    with pytest.raises(ConfigError, match="--price-per-hour"):
+        BenchConfig(strategies=("autoregressive", "lookahead"), price_per_hour=-1, **kw)
+
+
+def test_transformers_rows_ignore_the_models_generation_defaults() -> None:
+    """A generation_config.json with a repetition penalty must not change the greedy reference rows."""
+    from lookahead.bench.runners import RunSpec, engine_runner, hf_runner
+    from lookahead.config import SamplingConfig
+    from lookahead.testing import tiny_model
+
+    m = tiny_model("llama", seed=0)
+    m.model.generation_config.repetition_penalty = 1.3
+    m.model.generation_config.no_repeat_ngram_size = 2
+    ids = m.encode("hello hello hello")
+    spec = RunSpec(24, SamplingConfig(), LookaheadConfig())
+    ar = engine_runner("autoregressive")(m, ids, spec)
+    plain, lookup = hf_runner(False)(m, ids, spec), hf_runner(True)(m, ids, spec)
+    assert plain.token_ids == lookup.token_ids == ar.token_ids
+    assert plain.steps == plain.new_tokens == plain.processed_tokens and plain.guesses_verified == 0
+    assert lookup.steps <= lookup.new_tokens and lookup.guesses_accepted == lookup.new_tokens - lookup.steps
+    assert lookup.processed_tokens == lookup.steps + lookup.guesses_verified
+    assert 0 < plain.prefill_s <= plain.ttft_s <= plain.total_s and plain.device_s <= plain.total_s

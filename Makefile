@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.lookahead-installed
 DEMO_PROMPT := Write a Python function that checks whether a number is prime, with a docstring and three doctests.
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test bench browser clean
 
 setup: $(STAMP)
 
@@ -23,7 +23,13 @@ $(STAMP): pyproject.toml Makefile
 demo: setup
 	$(BIN)/lookahead generate --compare "$(DEMO_PROMPT)"
 
-test: setup
+# The report test renders HTML in headless Chromium (Debian packages); installed when apt-get is usable.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; } ; } || \
+		echo "note: chromium not installed; the report-rendering test will be skipped"
+
+test: setup browser
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 bench: setup

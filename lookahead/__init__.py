@@ -1,6 +1,7 @@
 """lookahead: lossless lookahead decoding for Hugging Face causal LMs."""
 
-from lookahead.config import GenerationConfig, LookaheadConfig, SamplingConfig
+from lookahead.candidates.ngram_cache import NGramCache, NGramCacheConfig, NGramCaches
+from lookahead.config import GenerationConfig, LookaheadConfig, PromptLookupConfig, SamplingConfig, SpeculativeConfig
 from lookahead.engine import STRATEGIES, GenerationResult, GenerationStats, StepEvent, generate, stream, stream_events
 from lookahead.errors import ConfigError, LookaheadError, ModelNotFoundError, PromptError
 from lookahead.models import DEFAULT_MODEL, LoadedModel, load
@@ -18,8 +19,13 @@ __all__ = [
     "LookaheadConfig",
     "LookaheadError",
     "ModelNotFoundError",
+    "NGramCache",
+    "NGramCacheConfig",
+    "NGramCaches",
     "PromptError",
+    "PromptLookupConfig",
     "SamplingConfig",
+    "SpeculativeConfig",
     "StepEvent",
     "generate",
     "load",

@@ -6,7 +6,9 @@ from dataclasses import dataclass, field
 
 from lookahead.errors import ConfigError
 
-STRATEGIES = ("lookahead", "autoregressive")
+# "lookahead": the hybrid pool (Jacobi, context and cross-request n-grams); "lookahead_jacobi": the
+# paper's Jacobi-only pool; "prompt_lookup": context suffix matches; "speculative": a draft model.
+STRATEGIES = ("lookahead", "autoregressive", "lookahead_jacobi", "prompt_lookup", "speculative")
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,69 @@ GREEDY = SamplingConfig()
 
 
 @dataclass(frozen=True)
+class PromptLookupConfig:
+    """Prompt lookup: continuations of the longest suffix of the context (prompt + generated text)
+    that occurred before.
+
+    min_ngram, max_ngram: suffix lengths tried, longest first.
+    num_tokens: tokens per candidate (how far a match is followed).
+    max_candidates: matches verified at once (merged into one trie).
+    """
+
+    min_ngram: int = 1
+    max_ngram: int = 3
+    num_tokens: int = 8
+    max_candidates: int = 4
+
+    def __post_init__(self) -> None:
+        for name in ("min_ngram", "max_ngram", "num_tokens", "max_candidates"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"prompt lookup {name} must be an integer >= 1, got {value!r}")
+        if self.min_ngram > self.max_ngram:
+            raise ConfigError(f"prompt lookup min_ngram ({self.min_ngram}) must be <= max_ngram ({self.max_ngram})")
+        if self.max_ngram > 16:
+            raise ConfigError(f"prompt lookup max_ngram must be <= 16, got {self.max_ngram}")
+        if self.num_tokens * self.max_candidates + 1 > 512:
+            raise ConfigError(f"num_tokens x max_candidates = {self.num_tokens * self.max_candidates} tokens in one "
+                              "step; keep it under 512")
+
+
+@dataclass(frozen=True)
+class SpeculativeConfig:
+    """Speculative decoding with a draft model.
+
+    draft: "self:L" (the target's first L decoder layers plus its final norm and LM head: no second
+        model in memory), "self" (half of the target's layers), or a model name or path for `load()`
+        that shares the target's tokenizer. A LoadedModel passed as generate(..., draft=...) wins.
+    draft_tokens: k, tokens the draft proposes per step.
+    """
+
+    draft: str = "self"
+    draft_tokens: int = 4
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.draft_tokens, int) or isinstance(self.draft_tokens, bool) or not 1 <= self.draft_tokens <= 64:
+            raise ConfigError(f"draft_tokens (k) must be an integer in [1, 64], got {self.draft_tokens!r}")
+        if not isinstance(self.draft, str) or not self.draft.strip():
+            raise ConfigError("draft must be 'self', 'self:L' (L >= 1 target layers) or a model name or path")
+        if self.draft.startswith("self:"):
+            tail = self.draft.split(":", 1)[1]
+            if not tail.isdigit() or int(tail) < 1:
+                raise ConfigError(f"self-draft {self.draft!r}: write self:L with L >= 1 layers of the target, e.g. self:8")
+
+    @property
+    def is_self_draft(self) -> bool:
+        return self.draft == "self" or self.draft.startswith("self:")
+
+    def self_draft_layers(self, target_layers: int) -> int:
+        """L of a self-draft on a target with `target_layers` decoder layers ("self": half of them)."""
+        if self.draft == "self":
+            return max(1, target_layers // 2)
+        return int(self.draft.split(":", 1)[1])
+
+
+@dataclass(frozen=True)
 class GenerationConfig:
     """Everything one generate() call needs besides the model and the prompt."""
 
@@ -90,7 +155,12 @@ class GenerationConfig:
     strategy: str = "lookahead"
     lookahead: LookaheadConfig = field(default_factory=LookaheadConfig)
     sampling: SamplingConfig = GREEDY
+    prompt_lookup: PromptLookupConfig = field(default_factory=PromptLookupConfig)
+    speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
     stop: tuple[str, ...] = ()
+    # Gate speculative steps on expected gain vs the device's measured cost of a wider step
+    # (lookahead/engine/gate.py). Never changes the tokens; False runs every draft as proposed.
+    adaptive: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:

@@ -10,8 +10,10 @@ p+1 .. p+1+l+i, i.e. one Jacobi trajectory. The newest level's outputs are the n
                ...                        dropped and `out` becomes the newest level.
                out     c0 c1 c2 c3
 
-The verification branch takes up to G pooled continuations whose key is the root token, ranked:
-context matches first (the longest suffix match in prompt + generated text), then Jacobi n-grams.
+The verification branch takes up to G continuations from a hybrid pool: Jacobi n-grams keyed by the
+root token, context matches (the longest suffix match in prompt + generated text) and, with a
+cross-request n-gram cache, its matches. They compete for the G slots by a cheap score (recency
+within a source times the source's running acceptance; see ranking.SourceScores).
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from typing import Sequence
 
 import torch
 
+from lookahead.candidates.ngram_cache import NGramCache
 from lookahead.candidates.ngrams import ContextIndex, NGramPool
+from lookahead.candidates.ranking import SourceScores
 from lookahead.config import LookaheadConfig
 from lookahead.engine.draft import AuxBranch, CandidateTree, Draft, StepOutcome
 
@@ -66,9 +70,10 @@ class JacobiWindow:
 
 
 class LookaheadProposer:
-    """Candidates for lookahead decoding: Jacobi n-grams and (optionally) prompt/context n-grams."""
+    """Candidates for lookahead decoding: Jacobi n-grams and (optionally) prompt/context n-grams and
+    cross-request n-grams (`cache`; used only with context_ngrams, the Jacobi-only mode ignores it)."""
 
-    def __init__(self, cfg: LookaheadConfig, prompt: Sequence[int]) -> None:
+    def __init__(self, cfg: LookaheadConfig, prompt: Sequence[int], cache: NGramCache | None = None) -> None:
         self.cfg = cfg
         self.length = cfg.ngram - 1  # tokens per candidate after the root
         self.pool = NGramPool(cfg.max_pool_per_key)
@@ -76,18 +81,22 @@ class LookaheadProposer:
         self.context = ContextIndex() if cfg.context_ngrams else None
         if self.context is not None:
             self.context.extend(prompt)
+        self.cache = cache if cfg.context_ngrams else None
+        self.scores = SourceScores()
 
     def propose(self, context: Sequence[int], budget: int) -> Draft:
         tree = CandidateTree()
         length = min(self.length, budget)
         if length > 0 and self.cfg.guesses > 0:
+            g = self.cfg.guesses
+            lists: dict[str, list[tuple[int, ...]]] = {}
             if self.context is not None:
-                for cont in self.context.lookup(context, length, self.cfg.guesses):
-                    tree.add(cont, "context")
-            for cont in self.pool.get(context[-1], self.cfg.guesses):
-                if _count_leaves(tree) >= self.cfg.guesses:
-                    break
-                tree.add(cont[:length], "jacobi")
+                lists["context"] = self.context.lookup(context, length, g)
+            if self.cache is not None:
+                lists["cache"] = self.cache.lookup(context, length, g)
+            lists["jacobi"] = [cont[:length] for cont in self.pool.get(context[-1], g)]
+            for source, cont in self.scores.select(lists, g):
+                tree.add(cont, source)
         return Draft(tree=tree, aux=self.window.branch())
 
     def update(self, context: Sequence[int], outcome: StepOutcome) -> None:
@@ -96,8 +105,4 @@ class LookaheadProposer:
                 self.pool.add(first, cont)
         if self.context is not None:
             self.context.extend(outcome.accepted)
-
-
-def _count_leaves(tree: CandidateTree) -> int:
-    parents = set(tree.parents)
-    return sum(1 for i in range(len(tree)) if i not in parents)
+        self.scores.observe(outcome)

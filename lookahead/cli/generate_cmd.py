@@ -1,19 +1,21 @@
-"""`lookahead generate`: decode one prompt, optionally comparing lookahead with autoregressive decoding."""
+"""`lookahead generate`: decode one prompt, optionally comparing a strategy with autoregressive decoding."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
-from lookahead.config import STRATEGIES, LookaheadConfig, SamplingConfig
+from lookahead.candidates.ngram_cache import NGramCache
+from lookahead.config import STRATEGIES, LookaheadConfig, PromptLookupConfig, SamplingConfig, SpeculativeConfig
 from lookahead.engine import GenerationResult, generate, stream_events
 from lookahead.errors import PromptError
 from lookahead.models import DEFAULT_MODEL, load
 
 _STAT_KEYS = ("prompt_tokens", "new_tokens", "steps", "tokens_per_step", "guesses_verified", "guesses_accepted",
-              "prefill_s", "decode_s", "tokens_per_s")
+              "prefill_s", "decode_s", "tokens_per_s", "device_s", "draft_steps", "draft_s", "accepted_by_source")
 
 
 def register(sub: Any) -> None:
@@ -26,6 +28,21 @@ def register(sub: Any) -> None:
     p.add_argument("--window", "-W", type=int, default=d.window, help=f"lookahead window W (default {d.window})")
     p.add_argument("--ngram", "-N", type=int, default=d.ngram, help=f"n-gram size N (default {d.ngram})")
     p.add_argument("--guesses", "-G", type=int, default=d.guesses, help=f"verified n-grams per step G (default {d.guesses})")
+    sp = SpeculativeConfig()
+    p.add_argument("--draft", default=sp.draft, metavar="MODEL_OR_self:L",
+                   help="speculative: a draft model sharing the tokenizer (name or path), or self:L for the target's "
+                        f"first L layers (default {sp.draft}: half of them)")
+    p.add_argument("--draft-tokens", "-k", type=int, default=sp.draft_tokens,
+                   help=f"speculative: tokens drafted per step (default {sp.draft_tokens})")
+    pl = PromptLookupConfig()
+    p.add_argument("--lookup-min-ngram", type=int, default=pl.min_ngram, help=f"prompt_lookup: shortest suffix matched (default {pl.min_ngram})")
+    p.add_argument("--lookup-max-ngram", type=int, default=pl.max_ngram, help=f"prompt_lookup: longest suffix matched (default {pl.max_ngram})")
+    p.add_argument("--lookup-tokens", type=int, default=pl.num_tokens, help=f"prompt_lookup: tokens per candidate (default {pl.num_tokens})")
+    p.add_argument("--lookup-candidates", type=int, default=pl.max_candidates,
+                   help=f"prompt_lookup: matches verified per step (default {pl.max_candidates})")
+    p.add_argument("--ngram-cache", type=Path, default=None, metavar="FILE",
+                   help="cross-request n-gram cache for lookahead/prompt_lookup: read from FILE if it exists, "
+                        "updated with this response and written back")
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--top-k", type=int, default=0)
@@ -35,7 +52,10 @@ def register(sub: Any) -> None:
     p.add_argument("--raw", action="store_true", help="send the prompt as raw text, not as a user chat message")
     p.add_argument("--stream", action="store_true", help="print text as it is accepted")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--compare", action="store_true", help="run autoregressive and lookahead, report speedup and identity")
+    p.add_argument("--no-adaptive", dest="adaptive", action="store_false",
+                   help="run every draft as proposed (default: skip speculative work not expected to pay on this device)")
+    p.add_argument("--compare", action="store_true",
+                   help="run autoregressive and --strategy (lookahead if that is autoregressive), report speedup and identity")
     p.set_defaults(func=run)
 
 
@@ -58,21 +78,38 @@ def run(args: argparse.Namespace) -> int:
     prompt = _read_prompt(args)
     la = LookaheadConfig(window=args.window, ngram=args.ngram, guesses=args.guesses)
     sampling = SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+    lookup = PromptLookupConfig(min_ngram=args.lookup_min_ngram, max_ngram=args.lookup_max_ngram,
+                                num_tokens=args.lookup_tokens, max_candidates=args.lookup_candidates)
+    spec = SpeculativeConfig(draft=args.draft, draft_tokens=args.draft_tokens)
     if args.max_new_tokens < 1:
         raise PromptError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    cache = None
+    if args.ngram_cache is not None:
+        cache = NGramCache.load(args.ngram_cache) if args.ngram_cache.exists() else NGramCache()
     loaded = load(args.model, dtype=args.dtype)
-    common = dict(max_new_tokens=args.max_new_tokens, lookahead=la, sampling=sampling, stop=args.stop, raw=args.raw)
+    common = dict(max_new_tokens=args.max_new_tokens, lookahead=la, sampling=sampling, stop=args.stop, raw=args.raw,
+                  adaptive=args.adaptive,
+                  prompt_lookup=lookup, speculative=spec, ngram_cache=cache)
+    try:
+        return _run_loaded(args, loaded, prompt, common)
+    finally:
+        if cache is not None:
+            cache.save(args.ngram_cache)
 
+
+def _run_loaded(args: argparse.Namespace, loaded: Any, prompt: str, common: dict[str, Any]) -> int:
     if args.compare:
-        ar = generate(loaded, prompt, strategy="autoregressive", **common)
-        lk = generate(loaded, prompt, strategy="lookahead", **common)
+        strategy = "lookahead" if args.strategy == "autoregressive" else args.strategy
+        # the baseline must not warm the n-gram cache with the very response the strategy is about to produce
+        ar = generate(loaded, prompt, strategy="autoregressive", **{**common, "ngram_cache": None})
+        lk = generate(loaded, prompt, strategy=strategy, **common)
         speedup = lk.stats.tokens_per_s / ar.stats.tokens_per_s if ar.stats.tokens_per_s else 0.0
         identical = ar.token_ids == lk.token_ids
         if args.json:
-            print(json.dumps({"autoregressive": _payload(ar), "lookahead": _payload(lk),
+            print(json.dumps({"autoregressive": _payload(ar), strategy: _payload(lk),
                               "speedup": speedup, "identical": identical}))
         else:
-            _print_compare(loaded.name, la, ar, lk, speedup, identical)
+            _print_compare(loaded.name, _describe(args, strategy), ar, lk, speedup, identical)
         return 0 if identical else 1
 
     if args.stream and not args.json:
@@ -83,19 +120,29 @@ def run(args: argparse.Namespace) -> int:
         print()
         assert result is not None
         s = result.stats
+        draft = f", draft {s.draft_steps} steps {s.draft_s:.2f} s" if s.draft_steps else ""
         print(f"[{result.strategy}] {s.new_tokens} tokens, {s.tokens_per_s:.1f} tok/s, "
-              f"{s.tokens_per_step:.2f} tokens/step, finish={result.finish_reason}", file=sys.stderr)
+              f"{s.tokens_per_step:.2f} tokens/step{draft}, finish={result.finish_reason}", file=sys.stderr)
         return 0
     result = generate(loaded, prompt, strategy=args.strategy, **common)
     print(json.dumps(_payload(result)) if args.json else result.text)
     return 0
 
 
-def _print_compare(model: str, la: LookaheadConfig, ar: GenerationResult, lk: GenerationResult,
+def _describe(args: argparse.Namespace, strategy: str) -> str:
+    if strategy in ("lookahead", "lookahead_jacobi"):
+        return f"{strategy} W={args.window} N={args.ngram} G={args.guesses}"
+    if strategy == "prompt_lookup":
+        return (f"{strategy} ngram {args.lookup_min_ngram}..{args.lookup_max_ngram}, {args.lookup_tokens} tokens, "
+                f"{args.lookup_candidates} candidates")
+    return f"{strategy} draft={args.draft} k={args.draft_tokens}"
+
+
+def _print_compare(model: str, described: str, ar: GenerationResult, lk: GenerationResult,
                    speedup: float, identical: bool) -> None:
     print(lk.text)
     print()
-    print(f"model {model}, lookahead W={la.window} N={la.ngram} G={la.guesses}")
+    print(f"model {model}, {described}")
     print(f"{'strategy':<16}{'tokens':>8}{'steps':>8}{'tok/step':>10}{'decode s':>10}{'tok/s':>9}{'total s':>9}")
     for r in (ar, lk):
         s = r.stats

@@ -10,7 +10,7 @@ A step's query is the last accepted token (the root) plus two optional parts:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from typing import Protocol, Sequence, runtime_checkable
 
 import torch
 
@@ -99,4 +99,14 @@ class Proposer(Protocol):
 
     def update(self, context: Sequence[int], outcome: StepOutcome) -> None:
         """Learn from the step (context already includes the accepted tokens)."""
+        ...
+
+
+@runtime_checkable
+class ReportsDraftCost(Protocol):
+    """A candidate source that runs a model of its own (a draft) reports that compute: it is part of
+    the cost of the strategy (GenerationStats.draft_steps/draft_s, included in device_s)."""
+
+    def draft_cost(self) -> tuple[int, float]:
+        """(forward passes, seconds inside them) since the source was created."""
         ...

@@ -13,13 +13,15 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 
-from lookahead.config import GREEDY, GenerationConfig, LookaheadConfig, SamplingConfig
-from lookahead.engine.draft import Draft, Proposer
+from lookahead.candidates.ngram_cache import NGramCache
+from lookahead.config import GREEDY, GenerationConfig, LookaheadConfig, PromptLookupConfig, SamplingConfig, SpeculativeConfig
+from lookahead.engine.draft import Draft, Proposer, ReportsDraftCost
+from lookahead.engine.gate import GateConfig
 from lookahead.engine.kvcache import KVCache
 from lookahead.engine.sampling import TokenChooser
 from lookahead.engine.step import StepRunner
 from lookahead.engine.stopping import StopState
-from lookahead.engine.strategies import make_proposer
+from lookahead.engine.strategies import ProposerInputs, make_proposer
 from lookahead.errors import PromptError
 from lookahead.models.loader import LoadedModel, PromptLike
 
@@ -39,7 +41,9 @@ class GenerationStats:
     total_s: float = 0.0
     ttft_s: float = 0.0
     tokens_per_s: float = 0.0  # decode tokens per second
-    device_s: float = 0.0  # time inside the model's forward passes (prefill included)
+    device_s: float = 0.0  # time inside the model's forward passes (prefill and draft model included)
+    draft_steps: int = 0  # forward passes of a draft model (speculative; its prefill included)
+    draft_s: float = 0.0  # time inside them (part of device_s and decode_s)
     accepted_by_source: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, object]:
@@ -84,13 +88,24 @@ def stream_events(
     sampling: SamplingConfig | None = None,
     stop: Sequence[str] = (),
     raw: bool = False,
+    prompt_lookup: PromptLookupConfig | None = None,
+    speculative: SpeculativeConfig | None = None,
+    draft: LoadedModel | None = None,
+    ngram_cache: NGramCache | None = None,
+    adaptive: bool = True,
 ) -> Iterator[StepEvent]:
+    """`draft`: a draft model for strategy "speculative" (else `speculative.draft` is resolved);
+    `ngram_cache`: cross-request n-grams, offered to "lookahead"/"prompt_lookup" and updated with the
+    finished response whatever the strategy."""
     cfg = GenerationConfig(
         max_new_tokens=max_new_tokens,
         strategy=strategy,
         lookahead=lookahead or LookaheadConfig(),
         sampling=sampling or GREEDY,
         stop=tuple(stop),
+        prompt_lookup=prompt_lookup or PromptLookupConfig(),
+        speculative=speculative or SpeculativeConfig(),
+        adaptive=adaptive,
     )
     # 1. Encode and validate.
     prompt_ids = loaded.encode(prompt, raw=raw)
@@ -100,8 +115,10 @@ def stream_events(
             f"context of {loaded.context_length} tokens; shorten the prompt or lower max_new_tokens"
         )
     vocab = loaded.model.get_output_embeddings().weight.shape[0]
-    runner = StepRunner(loaded.model, TokenChooser(cfg.sampling, vocab))
-    proposer: Proposer = make_proposer(cfg, prompt_ids)
+    # A draft model's tokens are already paid for when the gate would see them: never gate those.
+    gate = GateConfig(adaptive=cfg.adaptive and cfg.strategy != "speculative")
+    runner = StepRunner(loaded.model, TokenChooser(cfg.sampling, vocab), gate)
+    proposer: Proposer = make_proposer(ProposerInputs(cfg, prompt_ids, loaded, runner.chooser, draft, ngram_cache))
     cache = KVCache()
     state = StopState(loaded.tokenizer, loaded.eos_token_ids, cfg.max_new_tokens, cfg.stop)
     stats = GenerationStats(prompt_tokens=len(prompt_ids))
@@ -145,12 +162,16 @@ def stream_events(
     stats.new_tokens = len(state.token_ids)
     stats.decode_s = t2 - t1
     stats.total_s = t2 - t0
-    stats.device_s = runner.timer.seconds
+    if isinstance(proposer, ReportsDraftCost):
+        stats.draft_steps, stats.draft_s = proposer.draft_cost()
+    stats.device_s = runner.timer.seconds + stats.draft_s
     stats.tokens_per_step = stats.new_tokens / max(stats.steps, 1)
     stats.guesses_accepted = sum(n for s, n in by_source.items() if s != "model")
     stats.acceptance_rate = stats.guesses_accepted / stats.guesses_verified if stats.guesses_verified else 0.0
     stats.tokens_per_s = stats.new_tokens / stats.decode_s if stats.decode_s > 0 else 0.0
     stats.accepted_by_source = dict(by_source)
+    if ngram_cache is not None:
+        ngram_cache.add_response(prompt_ids, state.token_ids)
     result = GenerationResult(state.text, list(state.token_ids), state.finish_reason or "length", cfg.strategy, stats)
     yield StepEvent(text=state.take_text(), token_ids=[], result=result)
 

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from lookahead.engine.draft import Draft, StepOutcome
+from lookahead.engine.gate import GateConfig, SpeculationGate
 from lookahead.engine.kvcache import KVCache
 from lookahead.engine.masks import MaskBuilder
 from lookahead.engine.sampling import TokenChooser
@@ -35,9 +36,10 @@ class ForwardTimer:
 class StepRunner:
     """Owns the model call conventions (mask format, cache kwarg, logits_to_keep) for one model."""
 
-    def __init__(self, model: Any, chooser: TokenChooser) -> None:
+    def __init__(self, model: Any, chooser: TokenChooser, gate: GateConfig = GateConfig()) -> None:
         self.model = model
         self.chooser = chooser
+        self.gate = SpeculationGate(gate)
         self.masks = MaskBuilder(model.config, next(model.parameters()).dtype)
         params = inspect.signature(model.forward).parameters
         self.cache_kwarg = "cache" if "cache" in params else "past_key_values"
@@ -69,6 +71,7 @@ class StepRunner:
         self.forward(cache, torch.tensor(body), positions, local, keep=1)
 
     def step(self, cache: KVCache, root: int, draft: Draft) -> StepOutcome:
+        draft = self.gate.admit(draft)  # 0. speculate only where it is expected to pay on this device
         p = cache.get_seq_length()
         tree, aux = draft.tree, draft.aux
         t = len(tree)
@@ -102,7 +105,9 @@ class StepRunner:
 
         # 2. Forward: logits only for the root, the aux out rows and the tree.
         keep = 1 + n_out + t
+        spent = self.timer.seconds
         logits = self.forward(cache, tokens, positions, local, keep=keep)  # [keep, V]
+        spent = self.timer.seconds - spent
 
         # 3. Choose: the model's own token at every kept row (greedy or seeded Gumbel-max).
         chosen = self.chooser.choose(logits, (positions[root_row:] + 1).tolist())
@@ -124,4 +129,5 @@ class StepRunner:
 
         # 5. Compact the cache: keep the root and the matched nodes' keys/values, drop the rest.
         cache.keep(p, torch.tensor(kept_rows))
+        self.gate.observe(accepted, q, spent)
         return StepOutcome(accepted, sources, aux_out, query_tokens=q, candidate_tokens=t)

@@ -34,13 +34,14 @@ def test_lookahead_equals_autoregressive_equals_generate(arch: str) -> None:
         assert ar.token_ids == hf_greedy(lm, ids, MAX_NEW), f"autoregressive != generate() on prompt {i}"
         assert ar.stats.steps == ar.stats.new_tokens
         cfg = CONFIGS[i % len(CONFIGS)]
-        la = lookahead.generate(lm, ids, max_new_tokens=MAX_NEW, lookahead=cfg)
+        # odd prompts run with the speculation gate on (timing-dependent work, same tokens), even ones off
+        la = lookahead.generate(lm, ids, max_new_tokens=MAX_NEW, lookahead=cfg, adaptive=i % 2 == 1)
         assert la.token_ids == ar.token_ids, f"{arch} prompt {i} {cfg}"
         assert la.text == ar.text and la.finish_reason == ar.finish_reason
         total_steps += la.stats.steps
         total_tokens += la.stats.new_tokens
     # the verification branch must have accepted something, or this test proves nothing
-    assert total_tokens / total_steps > 1.2
+    assert total_tokens / total_steps > 1.1
 
 
 @pytest.mark.parametrize("arch", ["llama", "gemma3"])
@@ -49,7 +50,7 @@ def test_every_config_on_repetitive_prompt_accepts(arch: str) -> None:
     ids = lm.encode("abcabcabcabcabcabcabcabc", raw=True)
     ar = lookahead.generate(lm, ids, max_new_tokens=40, strategy="autoregressive")
     for cfg in CONFIGS:
-        la = lookahead.generate(lm, ids, max_new_tokens=40, lookahead=cfg)
+        la = lookahead.generate(lm, ids, max_new_tokens=40, lookahead=cfg, adaptive=False)
         assert la.token_ids == ar.token_ids, cfg
         if cfg.guesses > 0:
             assert la.stats.tokens_per_step > 1.0, cfg
@@ -63,7 +64,7 @@ def test_gemma3_masks_stay_right_past_the_sliding_window() -> None:
     no_eos = dataclasses.replace(lm, eos_token_ids=())
     ar = lookahead.generate(no_eos, ids, max_new_tokens=120, strategy="autoregressive")
     assert ar.token_ids == hf_greedy(lm, ids, 120, eos=())
-    la = lookahead.generate(no_eos, ids, max_new_tokens=120, lookahead=LookaheadConfig(3, 4, 4))
+    la = lookahead.generate(no_eos, ids, max_new_tokens=120, lookahead=LookaheadConfig(3, 4, 4), adaptive=False)
     assert la.token_ids == ar.token_ids
     assert la.stats.tokens_per_step > 1.0
 
@@ -88,10 +89,10 @@ def test_max_new_tokens_cuts_inside_an_accepted_run() -> None:
     lm = model64("llama")
     ids = lm.encode("abcabcabcabcabcabcabcabc", raw=True)
     full = lookahead.generate(lm, ids, max_new_tokens=40, strategy="autoregressive").token_ids
-    runs = lookahead.generate(lm, ids, max_new_tokens=40)
+    runs = lookahead.generate(lm, ids, max_new_tokens=40, adaptive=False)
     assert runs.stats.tokens_per_step > 1.5  # so most cut points fall inside a multi-token run
     for k in range(1, 20):
-        r = lookahead.generate(lm, ids, max_new_tokens=k)
+        r = lookahead.generate(lm, ids, max_new_tokens=k, adaptive=False)
         assert r.token_ids == full[:k]
         assert r.finish_reason == "length" or full[k - 1] in lm.eos_token_ids
 

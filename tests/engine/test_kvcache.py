@@ -7,6 +7,7 @@ import torch
 from lookahead import LookaheadConfig
 from lookahead.candidates.lookahead import LookaheadProposer
 from lookahead.config import GREEDY
+from lookahead.engine.gate import GateConfig
 from lookahead.engine.kvcache import KVCache
 from lookahead.engine.sampling import TokenChooser
 from lookahead.engine.step import StepRunner
@@ -18,7 +19,7 @@ def test_cache_after_lookahead_steps_equals_autoregressive_cache() -> None:
     for arch in ("llama", "gemma3", "gpt2"):
         lm = model64(arch)
         prompt = lm.encode("abcabcabcabcabcabc", raw=True)
-        runner = StepRunner(lm.model, TokenChooser(GREEDY, lm.model.config.vocab_size))
+        runner = StepRunner(lm.model, TokenChooser(GREEDY, lm.model.config.vocab_size), GateConfig(adaptive=False))
         proposer = LookaheadProposer(LookaheadConfig(3, 4, 4), prompt)
         cache = KVCache()
         runner.prefill(cache, prompt)

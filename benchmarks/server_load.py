@@ -1,0 +1,325 @@
+"""Loopback load test of `lookahead serve`: N concurrent streaming clients, mixed request classes.
+
+For each policy (lookahead on, lookahead off) it starts a server process on 127.0.0.1, then for each
+concurrency level N runs N clients for --duration seconds, each sending streaming chat requests
+drawn round-robin from a mixed-class workload. It reports p50/p95 latency and time to first token,
+completion tokens/s (all clients together), 429s, and the server's RSS before and after the run.
+
+    python benchmarks/server_load.py                                  # SmolLM2, N = 1,4,16, 60 s each
+    python benchmarks/server_load.py --model tiny:llama --duration 3  # a seconds-long smoke run
+    python benchmarks/server_load.py --policy policy.json             # "on" = the cost report's policy
+
+Results go to stdout as a table and, with --out, as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from lookahead.config import LookaheadConfig
+from lookahead.server.policy import Decision, Policy, Rule, dump_policy, load_policy
+
+# (class, prompt, max_tokens): code and structured text repeat themselves (lookahead's best case),
+# open chat less so, and short requests sit under the policy's autoregressive threshold.
+WORKLOAD: list[tuple[str, str, int]] = [
+    ("code", "Write a Python function that returns the n-th Fibonacci number, with a docstring.", 96),
+    ("chat", "Explain in a few sentences why the sky is blue.", 64),
+    ("code", "Write a SQL query that counts orders per customer, highest first.", 64),
+    ("extract", "List the weekdays, one per line.", 48),
+    ("short", "Say hello.", 12),
+    ("chat", "Give me three tips for a good night's sleep.", 64),
+]
+
+POLICY_ON = Policy(
+    default=Decision("lookahead", LookaheadConfig()),
+    classes={"code": Decision("lookahead", LookaheadConfig(window=4, ngram=4, guesses=4))},
+    rules=(Rule(Decision("autoregressive"), max_tokens_below=16),),
+    meta={"written_by": "benchmarks/server_load.py", "purpose": "lookahead on"},
+)
+POLICY_OFF = Policy(
+    default=Decision("autoregressive"), meta={"written_by": "benchmarks/server_load.py", "purpose": "lookahead off"}
+)
+
+
+@dataclass
+class Sample:
+    request_class: str
+    status: int
+    latency_s: float
+    ttft_s: float | None = None
+    completion_tokens: int = 0
+    strategy: str = ""
+
+
+@dataclass
+class RunResult:
+    policy: str
+    concurrency: int
+    duration_s: float
+    requests: int
+    ok: int
+    rejected_429: int
+    errors: int
+    latency_p50_s: float | None
+    latency_p95_s: float | None
+    ttft_p50_s: float | None
+    ttft_p95_s: float | None
+    tokens_per_s: float
+    rss_before_mb: float
+    rss_after_mb: float
+    by_class: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
+
+
+class Server:
+    """A `python -m lookahead.server` process on a free loopback port."""
+
+    def __init__(self, model: str, policy_file: Path, max_queue: int, log: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._log = log.open("w")
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "lookahead.server",
+                "--model",
+                model,
+                "--port",
+                str(self.port),
+                "--policy",
+                str(policy_file),
+                "--max-queue",
+                str(max_queue),
+                "--log-level",
+                "warning",
+            ],
+            cwd=ROOT,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        deadline = time.monotonic() + 600
+        while True:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"error: the server exited with {self.proc.returncode}; see {log}")
+            try:
+                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise SystemExit(f"error: the server did not start within 600 s; see {log}")
+            time.sleep(0.2)
+        self.model = httpx.get(self.url + "/v1/models").json()["data"][0]["id"]
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(120)
+        self._log.close()
+        return code
+
+
+def one_request(http: httpx.Client, model: str, item: tuple[str, str, int], seed: int) -> Sample:
+    cls, prompt, max_tokens = item
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "seed": seed,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "metadata": {"request_class": cls},
+    }
+    t0 = time.perf_counter()
+    ttft = None
+    usage: dict[str, Any] = {}
+    with http.stream("POST", "/v1/chat/completions", json=body) as r:
+        if r.status_code != 200:
+            r.read()
+            return Sample(cls, r.status_code, time.perf_counter() - t0)
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if "error" in chunk:
+                return Sample(cls, 599, time.perf_counter() - t0)
+            if ttft is None and chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
+                ttft = time.perf_counter() - t0
+            if chunk.get("usage"):
+                usage = chunk["usage"]
+    return Sample(
+        cls,
+        200,
+        time.perf_counter() - t0,
+        ttft,
+        int(usage.get("completion_tokens", 0)),
+        str(usage.get("lookahead", {}).get("strategy", "")),
+    )
+
+
+def run_clients(server: Server, concurrency: int, duration_s: float) -> tuple[list[Sample], float]:
+    samples: list[Sample] = []
+    lock = threading.Lock()
+    stop_at = time.monotonic() + duration_s
+
+    def client(index: int) -> None:
+        with httpx.Client(base_url=server.url, timeout=600) as http:
+            i = index
+            while time.monotonic() < stop_at:
+                s = one_request(http, server.model, WORKLOAD[i % len(WORKLOAD)], seed=i)
+                with lock:
+                    samples.append(s)
+                if s.status == 429:
+                    time.sleep(0.25)  # back off a little (Retry-After is the server's worst-case estimate)
+                i += concurrency
+
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return samples, time.monotonic() - t0
+
+
+def summarize(
+    policy: str, concurrency: int, samples: list[Sample], wall_s: float, rss: tuple[float, float]
+) -> RunResult:
+    ok = [s for s in samples if s.status == 200]
+    lat = [s.latency_s for s in ok]
+    ttft = [s.ttft_s for s in ok if s.ttft_s is not None]
+    by_class: dict[str, dict[str, Any]] = {}
+    for cls in sorted({s.request_class for s in ok}):
+        mine = [s for s in ok if s.request_class == cls]
+        by_class[cls] = {
+            "requests": len(mine),
+            "latency_p50_s": percentile([s.latency_s for s in mine], 50),
+            "strategies": sorted({s.strategy for s in mine}),
+        }
+    return RunResult(
+        policy=policy,
+        concurrency=concurrency,
+        duration_s=round(wall_s, 2),
+        requests=len(samples),
+        ok=len(ok),
+        rejected_429=sum(s.status == 429 for s in samples),
+        errors=sum(s.status not in (200, 429) for s in samples),
+        latency_p50_s=percentile(lat, 50),
+        latency_p95_s=percentile(lat, 95),
+        ttft_p50_s=percentile(ttft, 50),
+        ttft_p95_s=percentile(ttft, 95),
+        tokens_per_s=sum(s.completion_tokens for s in ok) / wall_s if wall_s > 0 else 0.0,
+        rss_before_mb=round(rss[0], 1),
+        rss_after_mb=round(rss[1], 1),
+        by_class=by_class,
+    )
+
+
+def fmt(x: float | None, digits: int = 3) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="smollm2-135m-instruct", help="model to serve (tiny:llama for a smoke run)")
+    p.add_argument("--concurrency", default="1,4,16", help="comma-separated client counts (default 1,4,16)")
+    p.add_argument("--duration", type=float, default=60.0, help="seconds per concurrency level (default 60)")
+    p.add_argument("--max-queue", type=int, default=8, help="server --max-queue (default 8: N=16 sees 429s)")
+    p.add_argument("--policy", help="policy file for the 'on' run (default: a built-in lookahead policy)")
+    p.add_argument("--only", choices=("on", "off"), help="run one policy only")
+    p.add_argument("--out", help="write the results as JSON here")
+    args = p.parse_args(argv)
+    try:
+        levels = [int(n) for n in args.concurrency.split(",")]
+        if not levels or min(levels) < 1 or args.duration <= 0:
+            raise ValueError
+    except ValueError:
+        print("error: --concurrency must be positive integers like 1,4,16 and --duration > 0", file=sys.stderr)
+        return 2
+    policies = {"on": load_policy(args.policy) if args.policy else POLICY_ON, "off": POLICY_OFF}
+    results: list[RunResult] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, policy in policies.items():
+            if args.only and name != args.only:
+                continue
+            policy_file = Path(tmp) / f"policy-{name}.json"
+            dump_policy(policy, policy_file)
+            server = Server(args.model, policy_file, args.max_queue, Path(tmp) / f"server-{name}.log")
+            try:
+                one_request(
+                    httpx.Client(base_url=server.url, timeout=600), server.model, WORKLOAD[0], seed=0
+                )  # warm-up
+                for n in levels:
+                    before = rss_mb(server.proc.pid)
+                    samples, wall = run_clients(server, n, args.duration)
+                    results.append(summarize(name, n, samples, wall, (before, rss_mb(server.proc.pid))))
+                    r = results[-1]
+                    print(
+                        f"policy {name:3s} N={n:<3d} requests={r.requests:<5d} p50={fmt(r.latency_p50_s)}s "
+                        f"tok/s={r.tokens_per_s:.1f} 429={r.rejected_429} rss={r.rss_before_mb}->{r.rss_after_mb} MB",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+            finally:
+                code = server.stop()
+                if code != 0:
+                    print(f"warning: server exited with {code} after SIGTERM", file=sys.stderr)
+    print(
+        "| policy | N | requests | ok | 429 | errors | p50 latency s | p95 latency s | p50 TTFT s | p95 TTFT s | tokens/s | RSS before MB | RSS after MB |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        print(
+            f"| {r.policy} | {r.concurrency} | {r.requests} | {r.ok} | {r.rejected_429} | {r.errors} | "
+            f"{fmt(r.latency_p50_s)} | {fmt(r.latency_p95_s)} | {fmt(r.ttft_p50_s)} | {fmt(r.ttft_p95_s)} | "
+            f"{r.tokens_per_s:.1f} | {r.rss_before_mb} | {r.rss_after_mb} |"
+        )
+    if args.out:
+        Path(args.out).write_text(
+            json.dumps({"model": args.model, "results": [asdict(r) for r in results]}, indent=2) + "\n"
+        )
+    return 1 if any(r.errors for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""A self-draft: the target's first L decoder layers, then its final norm and LM head.
+
+No weights are copied: the wrapper holds references to the target's own embedding, first L layers,
+final norm, rotary embedding and LM head, and runs them the way the model's own forward does. It
+takes the same call as a causal LM (input_ids, position_ids, a 4-D attention mask or a dict of them
+per layer type, a cache, logits_to_keep), so the engine's StepRunner drives it like any model. It has
+its own KV cache (L layers), separate from the target's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from lookahead.errors import ConfigError
+
+# Decoder-only families whose model.forward is: embed -> rotary(hidden, position_ids) -> layers(hidden,
+# attention_mask, position_embeddings, position_ids, cache, use_cache) -> norm -> lm_head.
+SUPPORTED = ("llama", "mistral", "qwen2", "qwen3")
+
+
+@dataclass
+class DraftOutput:
+    logits: torch.Tensor
+
+
+class SelfDraft(torch.nn.Module):
+    def __init__(self, target: Any, layers: int) -> None:
+        super().__init__()
+        model_type = getattr(target.config, "model_type", "?")
+        base = getattr(target, "model", None)
+        parts = ("embed_tokens", "layers", "norm", "rotary_emb")
+        if model_type not in SUPPORTED or base is None or not all(hasattr(base, p) for p in parts):
+            raise ConfigError(
+                f"self-drafting supports llama-like models ({', '.join(SUPPORTED)}), not {model_type!r}; "
+                "pass a separate draft model that shares the tokenizer (--draft MODEL) or use another strategy"
+            )
+        total = len(base.layers)
+        if not 1 <= layers <= total:
+            raise ConfigError(f"self:{layers} asks for {layers} layers but the target has {total}; pick L in 1..{max(1, total - 1)}")
+        self.config = target.config
+        self.embed_tokens = base.embed_tokens
+        self.layers = torch.nn.ModuleList(list(base.layers[:layers]))
+        self.norm = base.norm
+        self.rotary_emb = base.rotary_emb
+        self.lm_head = target.get_output_embeddings()
+        types = getattr(target.config, "layer_types", None)
+        self.layer_types: list[str] = list(types[:layers]) if types else ["full_attention"] * layers
+        self.eval()
+
+    def get_output_embeddings(self) -> torch.nn.Module:
+        return self.lm_head
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        attention_mask: torch.Tensor | dict[str, torch.Tensor],
+        cache: Any = None,
+        use_cache: bool = True,
+        logits_to_keep: int = 0,
+    ) -> DraftOutput:
+        hidden = self.embed_tokens(input_ids)
+        position_embeddings = self.rotary_emb(hidden, position_ids)
+        for layer, kind in zip(self.layers, self.layer_types):
+            mask = attention_mask[kind] if isinstance(attention_mask, dict) else attention_mask
+            hidden = layer(hidden, attention_mask=mask, position_embeddings=position_embeddings,
+                           position_ids=position_ids, cache=cache, use_cache=use_cache)
+        if logits_to_keep:
+            hidden = hidden[:, -logits_to_keep:]
+        return DraftOutput(logits=self.lm_head(self.norm(hidden)))

@@ -1,0 +1,214 @@
+"""`lookahead serve`: load a model and serve it over an OpenAI-compatible HTTP API."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import math
+import os
+import socket
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from lookahead.errors import LookaheadError
+from lookahead.server.config import ServerConfig
+from lookahead.server.policy import DEFAULT_POLICY, load_policy
+
+API_KEY_ENV = "LOOKAHEAD_API_KEY"
+TINY_PREFIX = "tiny:"  # test-only model names, e.g. tiny:llama (a random in-process model; see docs/server.md)
+
+
+def register(subparsers: Any) -> None:
+    """Add the `serve` subcommand to the CLI's subparsers."""
+    p = subparsers.add_parser(
+        "serve",
+        help="serve a model over an OpenAI-compatible HTTP API",
+        description="Serve a model over an OpenAI-compatible HTTP API (chat, completions, streaming, "
+        "per-class decoding policy, Prometheus metrics). See docs/server.md.",
+    )
+    add_arguments(p)
+    p.set_defaults(func=serve_command)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--model", default=None, help="embedded model name, HF folder or .gguf file (default: the embedded SmolLM2)"
+    )
+    p.add_argument("--dtype", default="float32", help="weights dtype: float32 (default), bfloat16, float16, float64")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.add_argument(
+        "--api-key",
+        default=os.environ.get(API_KEY_ENV),
+        help=f"require 'Authorization: Bearer KEY' on every endpoint but /health (default: ${API_KEY_ENV}; "
+        "prefer the variable: a flag shows in the process list)",
+    )
+    p.add_argument("--policy", metavar="FILE", help="per-class decoding policy, JSON or YAML (see docs/server.md)")
+    p.add_argument(
+        "--max-queue", type=int, default=16, metavar="N", help="requests that may wait for the model (default 16)"
+    )
+    p.add_argument(
+        "--request-timeout",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="seconds per request, queue wait included (default 300)",
+    )
+    p.add_argument(
+        "--price-per-hour",
+        type=float,
+        default=0.0,
+        metavar="USD",
+        help="device price per hour, for cost_usd (default 0)",
+    )
+    p.add_argument(
+        "--default-max-tokens",
+        type=int,
+        default=256,
+        metavar="N",
+        help="completion budget when a request gives none (default 256)",
+    )
+    p.add_argument(
+        "--max-body-bytes", type=int, default=2 * 1024 * 1024, metavar="B", help="request body limit (default 2 MiB)"
+    )
+    p.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="on SIGTERM, seconds in-flight requests may finish (default 10)",
+    )
+    p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
+
+
+def serve_command(args: argparse.Namespace) -> int:
+    """Handler of `lookahead serve`; returns the exit code (2 on bad input, with one error line)."""
+    try:
+        config = config_from_args(args)
+        sock = _bind(config.host, config.port)
+    except (LookaheadError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    with sock:
+        if config.api_key is None and not _is_loopback(config.host):
+            print(
+                f"warning: serving on {config.host} without --api-key: anyone who can reach it can use it",
+                file=sys.stderr,
+            )
+        try:
+            loaded = load_model(args.model, args.dtype)
+        except (LookaheadError, ValueError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        run(loaded, config, sock, log_level=args.log_level)
+    return 0
+
+
+def config_from_args(args: argparse.Namespace) -> ServerConfig:
+    policy, source = DEFAULT_POLICY, ServerConfig.policy_source
+    if args.policy:
+        policy, source = load_policy(args.policy), os.path.abspath(args.policy)
+    return ServerConfig(
+        host=args.host,
+        port=args.port,
+        api_key=args.api_key,
+        policy=policy,
+        policy_source=source,
+        max_queue=args.max_queue,
+        request_timeout_s=args.request_timeout,
+        price_per_hour_usd=args.price_per_hour,
+        max_body_bytes=args.max_body_bytes,
+        default_max_tokens=args.default_max_tokens,
+        shutdown_timeout_s=args.shutdown_timeout,
+    )
+
+
+def load_model(name: str | None, dtype: str) -> Any:
+    """The model to serve. `tiny:ARCH` builds the tests' random model (no download, instant)."""
+    import lookahead
+    from lookahead.models.loader import parse_dtype
+
+    torch_dtype = parse_dtype(dtype)
+    if name is not None and name.startswith(TINY_PREFIX):
+        from lookahead.testing import tiny_model
+
+        return tiny_model(name[len(TINY_PREFIX) :], dtype=torch_dtype)
+    return lookahead.load(name or lookahead.DEFAULT_MODEL, dtype=torch_dtype)
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """Bind before loading the model, so a busy port fails in a second, not after the load."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise OSError(f"cannot resolve --host {host!r}: {exc.strerror}") from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise OSError(
+            f"cannot listen on {host}:{port}: {exc.strerror}; choose another --port or stop what uses it"
+        ) from None
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def run(loaded: Any, config: ServerConfig, sock: socket.socket, *, log_level: str = "info") -> None:
+    """Serve until SIGTERM/SIGINT; then stop accepting, let in-flight work end (bounded), return."""
+    import uvicorn
+
+    from lookahead.server.app import create_app
+
+    app = create_app(loaded, config)
+    uv_config = uvicorn.Config(
+        app,
+        log_level=log_level,
+        # Our own bound (below) ends in-flight requests cleanly; uvicorn's is only a backstop.
+        timeout_graceful_shutdown=math.ceil(config.shutdown_timeout_s) + 10,
+        lifespan="on",
+    )
+    logging.getLogger("lookahead.server").setLevel(log_level.upper())
+    host, port = sock.getsockname()[:2]
+    print(f"lookahead: serving {loaded.name} on http://{host}:{port} (policy: {config.policy_source})", flush=True)
+    _graceful_server(uv_config, app.state.worker.cancel_all, config.shutdown_timeout_s).run(sockets=[sock])
+
+
+def _graceful_server(config: Any, cancel_all: Callable[[], None], grace_s: float) -> Any:
+    """A uvicorn.Server whose shutdown (on SIGTERM/SIGINT) stops accepting at once, gives in-flight
+    requests grace_s to finish, then cancels them (streams get a final error event), and exits 0."""
+    import uvicorn
+
+    class GracefulServer(uvicorn.Server):
+        async def shutdown(self, sockets: Any = None) -> None:
+            timer = asyncio.get_running_loop().call_later(grace_s, cancel_all)
+            try:
+                await super().shutdown(sockets)
+            finally:
+                timer.cancel()
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            with super().capture_signals():
+                yield
+                # uvicorn re-raises the captured signal after shutdown, which would end the process
+                # by SIGTERM's default action (exit 143); our shutdown is complete, so exit 0.
+                self._captured_signals.clear()
+
+    return GracefulServer(config)

@@ -1,0 +1,213 @@
+"""Hand-written cases for the candidate sources: the suffix matcher (prompt lookup), the cross-request
+n-gram cache, and the score that makes sources compete. Expected candidates are spelled out."""
+
+from __future__ import annotations
+
+import gc
+import json
+import random
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+from lookahead.candidates.ngram_cache import NGramCache, NGramCacheConfig, NGramCaches
+from lookahead.candidates.prompt_lookup import PromptLookupProposer
+from lookahead.candidates.ranking import SourceScores
+from lookahead.config import PromptLookupConfig
+from lookahead.engine.draft import StepOutcome
+from lookahead.errors import ConfigError
+
+
+def lookup(context: list[int], **cfg: int) -> list[tuple[int, ...]]:
+    """The candidates prompt lookup verifies for `context` (all of it already seen), leaf by leaf in
+    insertion order."""
+    proposer = PromptLookupProposer(PromptLookupConfig(**cfg), context)
+    tree = proposer.propose(context, budget=100).tree
+    paths = []
+    for leaf in [i for i in range(len(tree)) if i not in set(tree.parents)]:
+        path, j = [], leaf
+        while j >= 0:
+            path.append(tree.tokens[j])
+            j = tree.parents[j]
+        paths.append(tuple(reversed(path)))
+    return paths
+
+
+# --- suffix matcher ---------------------------------------------------------------------------------
+
+def test_suffix_match_follows_the_earlier_occurrence() -> None:
+    # context 1 2 3 4 1 2 3: the suffix (1 2 3) occurred at the start, followed by 4 1
+    # (suffixes (2 3) and (3) point at the same place: no duplicate)
+    assert lookup([1, 2, 3, 4, 1, 2, 3], num_tokens=2) == [(4, 1)]
+
+
+def test_several_matches_most_recent_first() -> None:
+    # context 5 6 7 5 6 8 5 6: (8 5 6) never occurred before; (5 6) occurred twice: followed by
+    # 8 5 6 (the more recent, at index 5) and by 7 5 6 (index 2)
+    assert lookup([5, 6, 7, 5, 6, 8, 5, 6], num_tokens=3) == [(8, 5, 6), (7, 5, 6)]
+    # only one slot: the more recent one
+    assert lookup([5, 6, 7, 5, 6, 8, 5, 6], num_tokens=3, max_candidates=1) == [(8, 5, 6)]
+
+
+def test_longest_match_wins_over_a_more_recent_shorter_one() -> None:
+    # context 9 1 2 7 1 2 8 9 1 2: (9 1 2) occurred at the start -> 7 1; (1 2) also occurred at
+    # index 4 -> 8 9 (more recent but shorter); (9 1 2) goes first
+    assert lookup([9, 1, 2, 7, 1, 2, 8, 9, 1, 2], num_tokens=2) == [(7, 1), (8, 9)]
+
+
+def test_min_ngram_excludes_short_matches() -> None:
+    # context 5 6 7 5 6 8 5 6 with suffixes of 3 only: (8 5 6) never occurred -> nothing to verify
+    assert lookup([5, 6, 7, 5, 6, 8, 5, 6], min_ngram=3, max_ngram=3, num_tokens=3) == []
+    # no token repeats at all -> nothing either
+    assert lookup([1, 2, 3, 4, 5], num_tokens=3) == []
+
+
+def test_candidates_stop_at_the_end_of_the_context_and_at_the_budget() -> None:
+    # context 1 2 1: (1) was followed by 2 1 -- only two tokens exist after it
+    assert lookup([1, 2, 1], num_tokens=5) == [(2, 1)]
+    proposer = PromptLookupProposer(PromptLookupConfig(num_tokens=5), [1, 2, 3, 1])
+    assert proposer.propose([1, 2, 3, 1], budget=2).tree.tokens == [2, 3]
+    assert len(proposer.propose([1, 2, 3, 1], budget=0).tree) == 0
+
+
+def test_prompt_lookup_learns_accepted_tokens() -> None:
+    proposer = PromptLookupProposer(PromptLookupConfig(num_tokens=2), [4, 5])
+    assert len(proposer.propose([4, 5], 8).tree) == 0
+    # the step accepted 4 5 6 4: now the context is 4 5 4 5 6 4; (4) was followed by 5 6 (at index 3)
+    # and by 5 4 (index 1): one trie, 5 -> {6, 4}
+    context = [4, 5, 4, 5, 6, 4]
+    proposer.update(context, StepOutcome([4, 5, 6, 4], ["model"] * 4, [], 1, 0))
+    tree = proposer.propose(context, 8).tree
+    assert (tree.tokens, tree.parents) == ([5, 6, 4], [-1, 0, 0])
+
+
+@pytest.mark.parametrize("bad", [dict(min_ngram=0), dict(min_ngram=3, max_ngram=2), dict(num_tokens=0),
+                                 dict(max_candidates=0), dict(num_tokens=200, max_candidates=3)])
+def test_prompt_lookup_config_is_validated(bad: dict[str, int]) -> None:
+    with pytest.raises(ConfigError, match="prompt lookup|num_tokens"):
+        PromptLookupConfig(**bad)
+
+
+# --- cross-request n-gram cache ---------------------------------------------------------------------
+
+def test_cache_entries_and_lookup() -> None:
+    cache = NGramCache(NGramCacheConfig(key_lengths=(2, 1), num_tokens=3))
+    # prompt 1 2, response 3 4 5 3 6 -> sequence 1 2 | 3 4 5 3 6; each response position j gives
+    # (key before j) -> (up to 3 tokens from j):
+    #   (1 2)->(3 4 5) (2)->(3 4 5)   (2 3)->(4 5 3) (3)->(4 5 3)   (3 4)->(5 3 6) (4)->(5 3 6)
+    #   (4 5)->(3 6)   (5)->(3 6)     (5 3)->(6)     (3)->(6)
+    cache.add_response([1, 2], [3, 4, 5, 3, 6])
+    assert len(cache) == 10
+    # ... 5 3: key (5 3) -> (6); then key (3) -> (6) again (skipped) and (4 5 3)
+    assert cache.lookup([9, 5, 3], length=3, limit=4) == [(6,), (4, 5, 3)]
+    # ... 7 2: key (7 2) is unknown; key (2) -> (3 4 5), cut to 2 tokens
+    assert cache.lookup([7, 2], length=2, limit=4) == [(3, 4)]
+    assert cache.lookup([9, 5, 3], length=3, limit=1) == [(6,)]
+    assert cache.lookup([8], length=3, limit=4) == []
+
+
+def test_cache_evicts_least_recently_used() -> None:
+    cache = NGramCache(NGramCacheConfig(max_entries=4, key_lengths=(1,), num_tokens=2))
+    # response 1 2 3 4 5 6 -> (1)->(2 3) (2)->(3 4) (3)->(4 5) (4)->(5 6) (5)->(6): 5 entries, room
+    # for 4: (1)->(2 3), the oldest, goes
+    cache.add_response([], [1, 2, 3, 4, 5, 6])
+    assert cache.lookup([1], 2, 4) == [] and cache.lookup([5], 2, 4) == [(6,)]
+    # response 2 3 4: (2)->(3 4) is used again (now the most recent), (3)->(4) is new: the least
+    # recently used, (3)->(4 5), goes
+    cache.add_response([], [2, 3, 4])
+    assert cache.lookup([3], 2, 4) == [(4,)]
+    assert cache.lookup([2], 2, 4) == [(3, 4)]
+    assert cache.lookup([4], 2, 4) == [(5, 6)]
+    assert len(cache) == 4
+
+
+def test_cache_keeps_the_most_recent_continuations_per_key() -> None:
+    cache = NGramCache(NGramCacheConfig(key_lengths=(1,), num_tokens=1, max_per_key=2))
+    # 7 1 7 2 7 3: key (7) was followed by 1, 2, 3; two are kept, most recent first
+    cache.add_response([], [7, 1, 7, 2, 7, 3])
+    assert cache.lookup([7], 1, 5) == [(3,), (2,)]
+
+
+def test_cache_memory_is_bounded_and_reported() -> None:
+    cfg = NGramCacheConfig(max_entries=2000)
+    rng = random.Random(0)
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        cache = NGramCache(cfg)
+        for _ in range(60):  # 60 x 100 tokens x 3 key lengths = 18,000 entries offered
+            cache.add_response([1, 2, 3], [rng.randrange(50_000) for _ in range(100)])
+        gc.collect()
+        first = tracemalloc.get_traced_memory()[0] - base
+        for _ in range(60):
+            cache.add_response([1, 2, 3], [rng.randrange(50_000) for _ in range(100)])
+        gc.collect()
+        second = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+    mem = cache.memory()
+    assert len(cache) == mem["entries"] == 2000
+    assert second < first * 1.15  # full: twice the traffic, no more memory
+    assert 0.75 * second < mem["bytes"] < 1.35 * second  # the reported figure is close to the measured one
+
+
+def test_cache_save_and_load_round_trip(tmp_path: Path) -> None:
+    cache = NGramCache(NGramCacheConfig(max_entries=3, key_lengths=(1,), num_tokens=2))
+    cache.add_response([], [1, 2, 3, 4])  # (1)->(2 3) (2)->(3 4) (3)->(4)
+    path = tmp_path / "cache.json"
+    cache.save(path)
+    loaded = NGramCache.load(path)
+    assert loaded.config == cache.config and loaded.memory() == cache.memory()
+    assert loaded.lookup([2], 2, 4) == [(3, 4)]
+    # the LRU order survived: a new entry evicts (1)->(2 3), the oldest, in both
+    for c in (cache, loaded):
+        c.add_response([], [8, 9])
+        assert c.lookup([1], 2, 4) == [] and c.lookup([8], 2, 4) == [(9,)]
+
+
+@pytest.mark.parametrize("content", ["{not json", json.dumps({"version": 99}), json.dumps({"version": 1, "cache": {}}),
+                                     json.dumps({"version": 1, "cache": {"key_lengths": [1], "num_tokens": 2,
+                                                 "max_entries": 5, "max_per_key": 2, "entries": [[[1], []]]}})])
+def test_bad_cache_file_is_refused_with_advice(tmp_path: Path, content: str) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    with pytest.raises(ConfigError, match="delete|point to another"):
+        NGramCache.load(path)
+    with pytest.raises(ConfigError, match="no n-gram cache file"):
+        NGramCache.load(tmp_path / "missing.json")
+
+
+def test_per_class_caches_are_opt_in_and_saved_together(tmp_path: Path) -> None:
+    caches = NGramCaches(["code", "json"], NGramCacheConfig(key_lengths=(1,), num_tokens=2))
+    assert caches.get("chat") is None  # not opted in
+    code = caches.get("code")
+    assert code is not None
+    code.add_response([], [1, 2, 3])
+    assert caches.memory()["code"]["entries"] == 2 and caches.memory()["json"] == {"entries": 0, "bytes": 0}
+    caches.save(tmp_path / "all.json")
+    again = NGramCaches.load(tmp_path / "all.json")
+    assert set(again.memory()) == {"code", "json"}
+    assert again.get("code").lookup([1], 2, 4) == [(2, 3)]  # type: ignore[union-attr]
+
+
+# --- sources competing for slots ---------------------------------------------------------------------
+
+def test_scores_rank_by_source_rate_and_recency_and_learn() -> None:
+    scores = SourceScores(priors={"context": 1.0, "jacobi": 0.5}, decay=0.8, recency=0.7)
+    lists = {"context": [(1,), (2,), (3,)], "jacobi": [(4,), (5,)]}
+    # scores: context 1.0, 0.7, 0.49; jacobi 0.5, 0.35 -> the best three
+    assert scores.select(lists, 3) == [("context", (1,)), ("context", (2,)), ("jacobi", (4,))]
+    # the jacobi candidate got 2 tokens accepted, the two context ones none:
+    #   jacobi 0.8 * 0.5 + 0.2 * 2 = 0.8, context 0.8 * 1.0 + 0.2 * 0 = 0.8
+    scores.observe(StepOutcome([4, 9, 7], ["jacobi", "jacobi", "model"], [], 6, 5))
+    assert scores.rates == pytest.approx({"context": 0.8, "jacobi": 0.8})
+    # now context 0.8, 0.56, 0.39 and jacobi 0.8, 0.56: ties go to the source listed first
+    assert scores.select(lists, 3) == [("context", (1,)), ("jacobi", (4,)), ("context", (2,))]
+
+
+def test_scores_skip_candidates_that_add_nothing() -> None:
+    scores = SourceScores(priors={"context": 1.0, "jacobi": 0.5})
+    # (1) is a prefix of the chosen (1 2): nothing new; (1 2 3) extends it: kept
+    chosen = scores.select({"context": [(1, 2)], "jacobi": [(1,), (1, 2, 3)]}, 3)
+    assert chosen == [("context", (1, 2)), ("jacobi", (1, 2, 3))]

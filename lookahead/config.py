@@ -25,7 +25,7 @@ class LookaheadConfig:
     Defaults were measured on a 2-core CPU with SmolLM2-135M (see README, "Choosing W, N, G").
     """
 
-    window: int = 4
+    window: int = 2
     ngram: int = 4
     guesses: int = 4
     context_ngrams: bool = True

@@ -83,7 +83,14 @@ def main() -> int:
     for rep in range(args.repeats):
         for p in args.prompts:
             for name, fn in runs.items():
-                results[p][name].append(fn(ids_of[p]))
+                row = fn(ids_of[p])
+                results[p][name].append(row)
+                # one line per run as it finishes, so an interrupted benchmark still has its data
+                print(json.dumps({"repeat": rep, "prompt": p, "strategy": name, "total_s": row["total_s"],
+                                  "decode_s": row["decode_s"], "tokens": len(row["token_ids"]),
+                                  "tokens_per_step": row["tps"], "query_per_step": row.get("q"),
+                                  "identical": row["token_ids"] == results[p]["autoregressive"][0]["token_ids"]}),
+                      file=sys.stderr, flush=True)
             print(f"repeat {rep + 1}/{args.repeats} prompt {p} done", file=sys.stderr, flush=True)
 
     table: dict[str, dict[str, dict]] = {}

@@ -22,7 +22,8 @@ class LookaheadConfig:
         best candidates); set False for the pure Jacobi pool of the paper.
     max_pool_per_key: n-grams kept per first token (oldest dropped first).
 
-    Defaults were measured on a 2-core CPU with SmolLM2-135M (see README, "Choosing W, N, G").
+    Defaults were measured on a 2-core CPU with SmolLM2-135M (README, "Performance"); on such a device
+    the speculation gate (engine/gate.py) decides per step whether verifying guesses pays at all.
     """
 
     window: int = 2

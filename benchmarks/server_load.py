@@ -8,6 +8,11 @@ completion tokens/s (all clients together), 429s, and the server's RSS before an
     python benchmarks/server_load.py                                  # SmolLM2, N = 1,4,16, 60 s each
     python benchmarks/server_load.py --model tiny:llama --duration 3  # a seconds-long smoke run
     python benchmarks/server_load.py --policy policy.json             # "on" = the cost report's policy
+    python benchmarks/server_load.py --concurrency none --soak 500     # memory soak only
+
+--soak N sends N more short requests per policy (4 clients; every 10th a streaming client that hangs
+up after its first chunk) and samples the server's RSS every 100 completions, to show that memory
+settles instead of growing with the request count.
 
 Results go to stdout as a table and, with --out, as JSON.
 """
@@ -158,9 +163,12 @@ class Server:
         return code
 
 
-def one_request(http: httpx.Client, model: str, item: tuple[str, str, int], seed: int) -> Sample:
+def one_request(
+    http: httpx.Client, model: str, item: tuple[str, str, int], seed: int, extra: dict[str, Any] | None = None
+) -> Sample:
     cls, prompt, max_tokens = item
-    body = {
+    body: dict[str, Any] = {
+        **(extra or {}),
         "model": model,
         "messages": [{"role": "user", "content": prompt}],
         "max_tokens": max_tokens,
@@ -222,6 +230,63 @@ def run_clients(server: Server, concurrency: int, duration_s: float) -> tuple[li
     return samples, time.monotonic() - t0
 
 
+def abandon_stream(http: httpx.Client, model: str, item: tuple[str, str, int], seed: int) -> int:
+    """Start a streaming request and hang up after the first chunk (the server must cancel it)."""
+    cls, prompt, _ = item
+    body = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": 64,
+            "temperature": 0, "seed": seed, "stream": True, "metadata": {"request_class": cls}}
+    with http.stream("POST", "/v1/chat/completions", json=body) as r:
+        if r.status_code == 200:
+            next(r.iter_lines(), None)
+        return r.status_code
+
+
+def soak(server: Server, total: int, max_tokens: int, extra: dict[str, Any], clients: int = 4) -> dict[str, Any]:
+    """`total` short requests from `clients` threads; RSS sampled every 100 completions. `extra` is
+    merged into each request body (the "on" run asks for lookahead even below the policy's short-request
+    threshold, so the soak exercises its buffers)."""
+    done = 0
+    statuses: dict[int, int] = {}
+    trace: list[tuple[int, float]] = [(0, rss_mb(server.proc.pid))]
+    lock = threading.Lock()
+    t0 = time.monotonic()
+
+    def client(index: int) -> None:
+        nonlocal done
+        with httpx.Client(base_url=server.url, timeout=600) as http:
+            while True:
+                with lock:
+                    if done >= total:
+                        return
+                    done += 1
+                    i = done
+                cls, prompt, _ = WORKLOAD[i % len(WORKLOAD)]
+                if i % 10 == 0:
+                    status = abandon_stream(http, server.model, (cls, prompt, max_tokens), seed=i)
+                else:
+                    status = one_request(http, server.model, (cls, prompt, max_tokens), seed=i, extra=extra).status
+                with lock:
+                    statuses[status] = statuses.get(status, 0) + 1
+                    if i % 100 == 0:
+                        trace.append((i, rss_mb(server.proc.pid)))
+                if status == 429:
+                    time.sleep(0.25)
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    trace.append((total, rss_mb(server.proc.pid)))
+    after_warmup = [mb for n, mb in trace if n >= 100] or [trace[-1][1]]
+    return {
+        "requests": total, "max_tokens": max_tokens, "clients": clients, "seconds": round(time.monotonic() - t0, 1),
+        "statuses": {str(k): v for k, v in sorted(statuses.items())},
+        "rss_trace_mb": [[n, round(mb, 1)] for n, mb in trace],
+        "rss_growth_after_100_mb": round(after_warmup[-1] - after_warmup[0], 1),
+    }
+
+
 def summarize(
     policy: str, concurrency: int, samples: list[Sample], wall_s: float, rss: tuple[float, float]
 ) -> RunResult:
@@ -267,17 +332,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-queue", type=int, default=8, help="server --max-queue (default 8: N=16 sees 429s)")
     p.add_argument("--policy", help="policy file for the 'on' run (default: a built-in lookahead policy)")
     p.add_argument("--only", choices=("on", "off"), help="run one policy only")
+    p.add_argument("--soak", type=int, default=0, metavar="N", help="then N short requests for the RSS soak")
+    p.add_argument("--soak-max-tokens", type=int, default=8, help="max_tokens of soak requests (default 8)")
     p.add_argument("--out", help="write the results as JSON here")
     args = p.parse_args(argv)
     try:
-        levels = [int(n) for n in args.concurrency.split(",")]
-        if not levels or min(levels) < 1 or args.duration <= 0:
+        no_levels = args.concurrency.strip().lower() == "none"
+        levels = [] if no_levels else [int(n) for n in args.concurrency.split(",")]
+        if (not levels and not no_levels) or (levels and min(levels) < 1) or args.duration <= 0:
+            raise ValueError
+        if args.soak < 0 or args.soak_max_tokens < 1 or (no_levels and not args.soak):
             raise ValueError
     except ValueError:
-        print("error: --concurrency must be positive integers like 1,4,16 and --duration > 0", file=sys.stderr)
+        print("error: --concurrency must be positive integers like 1,4,16 (or none, with --soak N), "
+              "--duration > 0, --soak >= 0 and --soak-max-tokens >= 1", file=sys.stderr)
         return 2
     policies = {"on": load_policy(args.policy) if args.policy else POLICY_ON, "off": POLICY_OFF}
     results: list[RunResult] = []
+    soaks: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name, policy in policies.items():
             if args.only and name != args.only:
@@ -300,6 +372,10 @@ def main(argv: list[str] | None = None) -> int:
                         file=sys.stderr,
                         flush=True,
                     )
+                if args.soak:
+                    extra = {"lookahead": {"enabled": True}} if name == "on" else {}
+                    soaks[name] = soak(server, args.soak, args.soak_max_tokens, extra)
+                    print(f"policy {name:3s} soak: {json.dumps(soaks[name])}", file=sys.stderr, flush=True)
             finally:
                 code = server.stop()
                 if code != 0:
@@ -314,11 +390,16 @@ def main(argv: list[str] | None = None) -> int:
             f"{fmt(r.latency_p50_s)} | {fmt(r.latency_p95_s)} | {fmt(r.ttft_p50_s)} | {fmt(r.ttft_p95_s)} | "
             f"{r.tokens_per_s:.1f} | {r.rss_before_mb} | {r.rss_after_mb} |"
         )
+    for name, sk in soaks.items():
+        trace = ", ".join(f"{n}: {mb}" for n, mb in sk["rss_trace_mb"])
+        print(f"\nsoak, policy {name}: {sk['requests']} requests in {sk['seconds']} s, statuses {sk['statuses']}; "
+              f"RSS MB by completed requests {{{trace}}}; growth after request 100: {sk['rss_growth_after_100_mb']} MB")
     if args.out:
         Path(args.out).write_text(
-            json.dumps({"model": args.model, "results": [asdict(r) for r in results]}, indent=2) + "\n"
+            json.dumps({"model": args.model, "results": [asdict(r) for r in results], "soak": soaks}, indent=2) + "\n"
         )
-    return 1 if any(r.errors for r in results) else 0
+    bad_soak = any(set(sk["statuses"]) - {"200", "429"} for sk in soaks.values())
+    return 1 if any(r.errors for r in results) or bad_soak else 0
 
 
 if __name__ == "__main__":

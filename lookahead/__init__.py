@@ -1,34 +1,75 @@
-"""lookahead: lossless lookahead decoding for Hugging Face causal LMs."""
+"""lookahead: lossless lookahead decoding for Hugging Face causal LMs.
 
-from lookahead.candidates.ngram_cache import NGramCache, NGramCacheConfig, NGramCaches
-from lookahead.config import GenerationConfig, LookaheadConfig, PromptLookupConfig, SamplingConfig, SpeculativeConfig
-from lookahead.engine import STRATEGIES, GenerationResult, GenerationStats, StepEvent, generate, stream, stream_events
-from lookahead.errors import ConfigError, LookaheadError, ModelNotFoundError, PromptError
-from lookahead.models import DEFAULT_MODEL, LoadedModel, load
+The public names below are imported on first use (PEP 562), so `import lookahead.config` or
+`import lookahead.server.policy` stays light: torch and transformers load only when a name that
+needs them (`load`, `generate`, ...) is touched.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "DEFAULT_MODEL",
-    "STRATEGIES",
-    "ConfigError",
-    "GenerationConfig",
-    "GenerationResult",
-    "GenerationStats",
-    "LoadedModel",
-    "LookaheadConfig",
-    "LookaheadError",
-    "ModelNotFoundError",
-    "NGramCache",
-    "NGramCacheConfig",
-    "NGramCaches",
-    "PromptError",
-    "PromptLookupConfig",
-    "SamplingConfig",
-    "SpeculativeConfig",
-    "StepEvent",
-    "generate",
-    "load",
-    "stream",
-    "stream_events",
-]
+_EXPORTS: dict[str, str] = {
+    "NGramCache": "lookahead.candidates.ngram_cache",
+    "NGramCacheConfig": "lookahead.candidates.ngram_cache",
+    "NGramCaches": "lookahead.candidates.ngram_cache",
+    "GenerationConfig": "lookahead.config",
+    "LookaheadConfig": "lookahead.config",
+    "PromptLookupConfig": "lookahead.config",
+    "SamplingConfig": "lookahead.config",
+    "SpeculativeConfig": "lookahead.config",
+    "STRATEGIES": "lookahead.engine",
+    "GenerationResult": "lookahead.engine",
+    "GenerationStats": "lookahead.engine",
+    "StepEvent": "lookahead.engine",
+    "generate": "lookahead.engine",
+    "stream": "lookahead.engine",
+    "stream_events": "lookahead.engine",
+    "ConfigError": "lookahead.errors",
+    "LookaheadError": "lookahead.errors",
+    "ModelNotFoundError": "lookahead.errors",
+    "PromptError": "lookahead.errors",
+    "DEFAULT_MODEL": "lookahead.models",
+    "LoadedModel": "lookahead.models",
+    "load": "lookahead.models",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'lookahead' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+if TYPE_CHECKING:
+    from lookahead.candidates.ngram_cache import NGramCache, NGramCacheConfig, NGramCaches
+    from lookahead.config import (
+        GenerationConfig,
+        LookaheadConfig,
+        PromptLookupConfig,
+        SamplingConfig,
+        SpeculativeConfig,
+    )
+    from lookahead.engine import (
+        STRATEGIES,
+        GenerationResult,
+        GenerationStats,
+        StepEvent,
+        generate,
+        stream,
+        stream_events,
+    )
+    from lookahead.errors import ConfigError, LookaheadError, ModelNotFoundError, PromptError
+    from lookahead.models import DEFAULT_MODEL, LoadedModel, load

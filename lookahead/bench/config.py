@@ -83,10 +83,9 @@ class BenchConfig:
     bootstrap: int = BOOTSTRAP_RESAMPLES
 
     def __post_init__(self) -> None:
-        unknown = [s for s in self.strategies if s not in self.known_strategies]
-        if unknown:
-            raise ConfigError(f"unknown strateg{'y' if len(unknown) == 1 else 'ies'} {', '.join(unknown)}; "
-                              f"choose from {', '.join(self.known_strategies)}")
+        from lookahead.bench.variants import parse_strategies
+
+        parse_strategies(self.strategies, self.known_strategies)  # raises with the label and the fix
         if len(set(self.strategies)) != len(self.strategies):
             raise ConfigError("--strategies names a strategy twice")
         if BASELINE not in self.strategies:

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lookahead.bench.config import BASELINE
+from lookahead.bench.variants import parse_strategy
 from lookahead.config import STRATEGIES as POLICY_STRATEGIES
 from lookahead.config import LookaheadConfig
 
@@ -20,11 +21,9 @@ POLICY_VERSION = 1
 MIN_PAIRED = 5  # fewer paired requests than this never earn a non-autoregressive recommendation
 
 
-def decision(strategy: str, lk: LookaheadConfig) -> dict[str, Any]:
-    out: dict[str, Any] = {"strategy": strategy}
-    if strategy == "lookahead":
-        out["lookahead"] = {"window": lk.window, "ngram": lk.ngram, "guesses": lk.guesses}
-    return out
+def decision(label: str, lk: LookaheadConfig) -> dict[str, Any]:
+    """The policy entry of a measured strategy label ('lookahead', 'speculative/draft=self:24', ...)."""
+    return parse_strategy(label, POLICY_STRATEGIES).decision(lk).to_dict()
 
 
 def choose(table: Mapping[str, Any], candidates: Sequence[str]) -> tuple[str, str]:
@@ -53,20 +52,22 @@ def build_policy(classes: Mapping[str, dict[str, Any]], crossover: Mapping[str, 
                  strategies: Sequence[str], lk: LookaheadConfig, meta: Mapping[str, Any]) -> dict[str, Any]:
     """The policy document. `strategies`: what was measured; only engine strategies the server knows
     can be recommended (transformers reference rows never are)."""
-    candidates = [s for s in strategies if s != BASELINE and s in POLICY_STRATEGIES]
+    candidates = [s for s in strategies if s != BASELINE and s.split("/")[0] in POLICY_STRATEGIES]
     per_class: dict[str, Any] = {}
+    measured_as: dict[str, str] = {}  # class -> the label whose rows back its decision
     reasons: dict[str, str] = {}
     rules: list[dict[str, Any]] = []
     for cls in sorted(classes):
         choice, why = choose(classes[cls]["strategies"], candidates)
         per_class[cls] = decision(choice, lk)
+        measured_as[cls] = choice
         reasons[cls] = why
         if choice != BASELINE:
             n_star = crossover.get(cls, {}).get(choice, {}).get("break_even_new_tokens")
             if (crossover.get(cls, {}).get(choice, {}).get("wins_for") == "longer outputs"
                     and n_star is not None and n_star > 1):
                 rules.append({"if": {"class": cls, "max_tokens_below": int(math.ceil(n_star))}, "strategy": BASELINE})
-    chosen = {d["strategy"] for d in per_class.values()}
+    chosen = set(measured_as.values())
     # Traffic of an unmeasured class: a non-autoregressive default only when every measured class agrees.
     default_strategy = next(iter(chosen)) if len(chosen) == 1 else BASELINE
     return {
@@ -74,7 +75,7 @@ def build_policy(classes: Mapping[str, dict[str, Any]], crossover: Mapping[str, 
         "default": decision(default_strategy, lk),
         "classes": per_class,
         "rules": rules,
-        "meta": {**dict(meta), "reasons": reasons},
+        "meta": {**dict(meta), "reasons": reasons, "measured_as": measured_as},
     }
 
 

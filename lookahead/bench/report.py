@@ -45,17 +45,26 @@ def verdict(summary: dict[str, Any], primary: str) -> list[Block]:
         out.append(("b", f"Verdict: under the traffic mix ({mix['source']}), the recommended policy costs "
                          f"${mix['policy_usd'] * 1000:.3g} per 1,000 requests against ${mix['before_usd'] * 1000:.3g} "
                          f"for autoregressive decoding ({_saved(mix['policy_saved_pct'])})."))
-    wins, loses = [], []
+    wins, loses, others = [], [], []
+    measured_as = pol["meta"].get("measured_as", {})
     for cls, entry in summary["classes"].items():
         st = entry["strategies"].get(primary, {})
         sp, saved = st.get("speedup_vs_ar"), st.get("device_s_saved_per_request")
         if not sp or not saved:
             continue
         text = f"{cls} {sp['median']:.2f}x [{sp['ci95'][0]:.2f}, {sp['ci95'][1]:.2f}]"
-        (wins if pol["classes"].get(cls, {}).get("strategy") == primary else loses).append(text)
+        chosen = measured_as.get(cls, "autoregressive")
+        if chosen == primary:
+            wins.append(text)
+        elif chosen == "autoregressive":
+            loses.append(text)
+        else:
+            others.append(f"{cls} ({chosen})")
     out.append(("p", f"{primary} (W={lk['window']}, N={lk['ngram']}, G={lk['guesses']}) is recommended for: "
                      f"{', '.join(wins) or 'no class'}. Kept on autoregressive decoding (no confident saving): "
-                     f"{', '.join(loses) or 'no class'}. Numbers are median speedups with 95% bootstrap intervals."))
+                     f"{', '.join(loses) or 'no class'}."
+                     + (f" Another strategy saves more on: {', '.join(others)}." if others else "")
+                     + " Numbers are median speedups of " + primary + " with 95% bootstrap intervals."))
     if ident["mismatches"]:
         out.append(("b", f"WARNING: {ident['mismatches']} of {ident['checked_rows']} checked outputs differ from "
                          "autoregressive decoding. Lossless decoding is broken; do not deploy this build."))

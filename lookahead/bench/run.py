@@ -64,7 +64,8 @@ def select_requests(requests: Sequence[Request], *, limit_per_class: int | None,
 def spec_for(req: Request, cfg: BenchConfig) -> RunSpec:
     sampling = SamplingConfig(temperature=req.temperature, top_k=req.top_k, top_p=req.top_p,
                               seed=req.effective_seed % (2**63))
-    return RunSpec(max_new_tokens=req.max_tokens or cfg.max_new_tokens, sampling=sampling, lookahead=cfg.lookahead)
+    return RunSpec(max_new_tokens=req.max_tokens or cfg.max_new_tokens, sampling=sampling, lookahead=cfg.lookahead,
+                   request_class=req.cls)
 
 
 def encode(loaded: Any, req: Request) -> list[int]:
@@ -85,6 +86,7 @@ def make_row(req: Request, strategy: str, repeat: int, spec: RunSpec, m: Measure
         "prefill_s": m.prefill_s, "decode_s": m.decode_s, "total_s": m.total_s, "ttft_s": m.ttft_s,
         "device_s": m.device_s, "cpu_s": m.cpu_s, "processed_tokens": m.processed_tokens,
         "wasted_fraction": max(0.0, 1.0 - m.new_tokens / m.processed_tokens) if m.processed_tokens else 0.0,
+        "draft_steps": m.draft_steps, "draft_s": m.draft_s, "ngram_cache_bytes": m.ngram_cache_bytes,
         "finish_reason": m.finish_reason, "output_sha256": digest,
         "identical": identical, "reference": BASELINE if identical is not None else None,
     }

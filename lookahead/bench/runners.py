@@ -16,7 +16,9 @@ from typing import Any
 
 import torch
 
-from lookahead.config import LookaheadConfig, SamplingConfig
+from lookahead.bench.variants import StrategySpec, parse_strategy
+from lookahead.candidates.ngram_cache import NGramCache
+from lookahead.config import LookaheadConfig, PromptLookupConfig, SamplingConfig, SpeculativeConfig
 
 HF_GENERATE = "hf_generate"
 HF_PROMPT_LOOKUP = "hf_prompt_lookup"
@@ -31,6 +33,7 @@ class RunSpec:
     max_new_tokens: int
     sampling: SamplingConfig
     lookahead: LookaheadConfig
+    request_class: str = ""
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,9 @@ class Measurement:
     ttft_s: float
     device_s: float
     cpu_s: float
+    draft_steps: int = 0  # a draft model's forward passes (speculative), part of device_s
+    draft_s: float = 0.0
+    ngram_cache_bytes: int = 0  # the class's cross-request n-gram cache after this request
 
 
 Runner = Callable[[Any, list[int], RunSpec], Measurement]
@@ -70,16 +76,27 @@ def output_digest(token_ids: Sequence[int], eos_ids: Sequence[int]) -> str:
     return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()
 
 
-def engine_runner(strategy: str) -> Runner:
-    """A runner for one of `lookahead.engine.STRATEGIES`."""
+def engine_runner(variant: StrategySpec | str) -> Runner:
+    """A runner for one of `lookahead.engine.STRATEGIES`, with the label's parameters. With /cache it
+    keeps one cross-request n-gram cache per request class, warmed by this runner's earlier requests
+    in run order (a resumed run starts them empty)."""
+    if isinstance(variant, str):
+        variant = parse_strategy(variant, engine_strategies())
+    caches: dict[str, NGramCache] = {}
 
     def run(loaded: Any, prompt_ids: list[int], spec: RunSpec) -> Measurement:
         import lookahead
 
+        cache = caches.setdefault(spec.request_class, NGramCache()) if variant.ngram_cache else None
+        cfg = variant.config
         cpu0 = time.process_time()
         wall0 = time.perf_counter()
-        result = lookahead.generate(loaded, prompt_ids, max_new_tokens=spec.max_new_tokens, strategy=strategy,
-                                    lookahead=spec.lookahead, sampling=spec.sampling)
+        result = lookahead.generate(
+            loaded, prompt_ids, max_new_tokens=spec.max_new_tokens, strategy=variant.strategy,
+            lookahead=variant.lookahead_or(spec.lookahead), sampling=spec.sampling,
+            prompt_lookup=cfg if isinstance(cfg, PromptLookupConfig) else None,
+            speculative=cfg if isinstance(cfg, SpeculativeConfig) else None, ngram_cache=cache,
+        )
         wall = time.perf_counter() - wall0
         cpu = time.process_time() - cpu0
         s = result.stats
@@ -99,6 +116,9 @@ def engine_runner(strategy: str) -> Runner:
             ttft_s=float(s.ttft_s),
             device_s=float(s.device_s),
             cpu_s=cpu,
+            draft_steps=int(s.draft_steps),
+            draft_s=float(s.draft_s),
+            ngram_cache_bytes=int(cache.memory()["bytes"]) if cache is not None else 0,
         )
 
     return run
@@ -217,6 +237,5 @@ def get_runner(name: str) -> Runner:
         return hf_runner(prompt_lookup=False)
     if name == HF_PROMPT_LOOKUP:
         return hf_runner(prompt_lookup=True)
-    if name in engine_strategies():
-        return engine_runner(name)
-    raise ValueError(f"unknown strategy {name!r}; choose from {', '.join(available_strategies())}")
+    variant = parse_strategy(name, available_strategies())  # a ConfigError names the fix
+    return engine_runner(variant)

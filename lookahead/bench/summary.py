@@ -67,7 +67,7 @@ def summarize(rows: Sequence[dict[str, Any]], cfg: BenchConfig, *, class_counts:
         shares, mix_source = dict(cfg.mix), "given (--mix)"
     else:
         shares, mix_source = workload_shares(class_counts), "the workload's own class shares"
-    choice = {c: d["strategy"] for c, d in policy["classes"].items()}
+    choice = dict(policy["meta"]["measured_as"])  # class -> measured label (policy entries drop /cache)
     mix = blend(classes, shares, cfg.strategies, choice)
     mix["source"] = mix_source
     checked = sum(1 for r in rows if r.get("identical") is not None)

@@ -9,8 +9,10 @@ import ipaddress
 import logging
 import math
 import os
+import signal
 import socket
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -205,10 +207,17 @@ def _graceful_server(config: Any, cancel_all: Callable[[], None], grace_s: float
 
         @contextlib.contextmanager
         def capture_signals(self) -> Iterator[None]:
-            with super().capture_signals():
+            # uvicorn's own version re-raises the signal after shutdown, which would end the process by
+            # SIGTERM's default action (exit 143). Our shutdown is complete by then, so we route the
+            # signals to the public handle_exit() ourselves and restore the old handlers: exit 0.
+            if threading.current_thread() is not threading.main_thread():
                 yield
-                # uvicorn re-raises the captured signal after shutdown, which would end the process
-                # by SIGTERM's default action (exit 143); our shutdown is complete, so exit 0.
-                self._captured_signals.clear()
+                return
+            previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
 
     return GracefulServer(config)

@@ -61,6 +61,9 @@ def timeout_error(seconds: float) -> APIError:
         "(queue wait + generation); ask for fewer max_tokens, retry later, or raise --request-timeout",
         type="timeout_error",
         code="request_timeout",
+        # The openai client retries 408 by default, which would resend work that already ran past the
+        # operator's limit; it honours this header and gives the error to the caller instead.
+        headers={"x-should-retry": "false"},
     )
 
 

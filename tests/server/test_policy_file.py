@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -157,3 +159,11 @@ def test_policy_module_does_not_need_fastapi() -> None:
 
     code = "import sys; import lookahead.server.policy; assert 'fastapi' not in sys.modules, 'fastapi imported'"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_reading_a_policy_does_not_load_torch() -> None:
+    # The policy module is what operators' tooling imports to write or check a policy file; it must
+    # not drag in torch and transformers (seconds of import and hundreds of MB) to do that.
+    code = "import sys, lookahead.server.policy, lookahead.config; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -90,6 +90,7 @@ def test_timeout_non_streaming_and_streaming(tiny: Any) -> None:
             r = http.post("/v1/chat/completions", json=body(50))
             assert r.status_code == 408 and time.monotonic() - t0 < 5
             assert r.json()["error"]["code"] == "request_timeout"
+            assert r.headers["x-should-retry"] == "false"  # so the openai client does not resend it
             assert "--request-timeout" in r.json()["error"]["message"]
             gate.open()
             assert server.worker_idle()

@@ -1,0 +1,101 @@
+"""Strategy labels of `lookahead bench --strategies`: a strategy name, optionally followed by
+parameters after slashes, so one run can compare shapes of the same strategy side by side.
+
+    autoregressive                    the baseline (no parameters)
+    lookahead                         hybrid pool, with the run's --lookahead W,N,G
+    lookahead/W=4/N=4/G=2             its own shape (also window=, ngram=, guesses=)
+    lookahead/cache                   plus a cross-request n-gram cache per request class
+    lookahead_jacobi                  Jacobi n-grams only (the original algorithm's pool)
+    prompt_lookup/max_ngram=4/num_tokens=10/max_candidates=2/cache
+    speculative/draft=self:24/k=4     a self-draft of 24 target layers proposing 4 tokens
+    hf_generate, hf_prompt_lookup     transformers' own generate() (no parameters)
+
+The label, exactly as written, names the strategy's rows in results.jsonl and summary.json; the
+recommended policy turns it back into the server's {"strategy": ..., block: {...}} form.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from lookahead.config import LookaheadConfig, PromptLookupConfig, SpeculativeConfig
+from lookahead.errors import ConfigError
+from lookahead.server.policy import STRATEGY_BLOCK, Decision
+
+CACHE_FLAG = "cache"
+CACHED_STRATEGIES = ("lookahead", "prompt_lookup")  # the engine offers cross-request n-grams to these
+
+# Per parameter block: accepted key -> config field.
+_KEYS: dict[str, dict[str, str]] = {
+    "lookahead": {"W": "window", "N": "ngram", "G": "guesses", "window": "window", "ngram": "ngram",
+                  "guesses": "guesses"},
+    "prompt_lookup": {f.name: f.name for f in dataclasses.fields(PromptLookupConfig)},
+    "speculative": {"draft": "draft", "k": "draft_tokens", "draft_tokens": "draft_tokens"},
+}
+_CONFIGS: dict[str, type] = {"lookahead": LookaheadConfig, "prompt_lookup": PromptLookupConfig,
+                             "speculative": SpeculativeConfig}
+
+
+@dataclass(frozen=True)
+class StrategySpec:
+    """One parsed label. `config` is None where the strategy takes no parameters or the label gives
+    none for "lookahead"/"lookahead_jacobi" (the run's --lookahead shape applies then)."""
+
+    label: str
+    strategy: str
+    config: LookaheadConfig | PromptLookupConfig | SpeculativeConfig | None = None
+    ngram_cache: bool = False
+
+    def lookahead_or(self, default: LookaheadConfig) -> LookaheadConfig:
+        return self.config if isinstance(self.config, LookaheadConfig) else default
+
+    def decision(self, default_lookahead: LookaheadConfig) -> Decision:
+        """The server-policy form of this strategy (the cross-request cache is a deployment choice,
+        not part of the policy format)."""
+        block = STRATEGY_BLOCK.get(self.strategy)
+        if block == "lookahead":
+            return Decision(self.strategy, self.lookahead_or(default_lookahead))
+        return Decision(self.strategy, self.config if block else None)
+
+
+def parse_strategy(label: str, known: tuple[str, ...]) -> StrategySpec:
+    """'speculative/draft=self:24/k=4' -> StrategySpec. Errors name the label and what to write."""
+    name, *params = [p.strip() for p in label.split("/")]
+    if name not in known:
+        where = f" in {label!r}" if label != name else ""
+        raise ConfigError(f"unknown strategy {name}{where}; choose from {', '.join(known)}")
+    block = STRATEGY_BLOCK.get(name)
+    if params and block is None and params != [CACHE_FLAG]:
+        raise ConfigError(f"strategy {name!r} takes no parameters; write just {name!r}")
+    cache = False
+    values: dict[str, Any] = {}
+    for p in params:
+        if p == CACHE_FLAG:
+            if name not in CACHED_STRATEGIES:
+                raise ConfigError(f"{label!r}: the cross-request n-gram cache is offered to "
+                                  f"{' and '.join(CACHED_STRATEGIES)} only")
+            cache = True
+            continue
+        key, sep, raw = p.partition("=")
+        keys = _KEYS[block] if block else {}
+        if not sep or key not in keys:
+            raise ConfigError(f"{label!r}: cannot read {p!r}; {name} takes "
+                              f"{', '.join(k + '=...' for k in keys)}" + (" or /cache" if name in CACHED_STRATEGIES else ""))
+        field_name = keys[key]
+        values[field_name] = raw if field_name == "draft" else _int(raw, label, key)
+    config = _CONFIGS[block](**values) if block and values else None  # the config validates ranges
+    if block and config is None and block != "lookahead":
+        config = _CONFIGS[block]()
+    return StrategySpec(label=label, strategy=name, config=config, ngram_cache=cache)
+
+
+def parse_strategies(labels: tuple[str, ...], known: tuple[str, ...]) -> dict[str, StrategySpec]:
+    return {label: parse_strategy(label, known) for label in labels}
+
+
+def _int(raw: str, label: str, key: str) -> int:
+    if not raw.strip().lstrip("-").isdigit():
+        raise ConfigError(f"{label!r}: {key} takes an integer, got {raw!r}")
+    return int(raw)

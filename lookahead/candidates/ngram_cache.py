@@ -176,6 +176,15 @@ class NGramCaches:
     def get(self, request_class: str) -> NGramCache | None:
         return self._caches.get(request_class)
 
+    @property
+    def classes(self) -> tuple[str, ...]:
+        return tuple(self._caches)
+
+    def opt_in(self, classes: Iterable[str], config: NGramCacheConfig | None = None) -> None:
+        """Give each of `classes` that has none yet an empty cache (loaded ones are kept)."""
+        for c in classes:
+            self._caches.setdefault(c, NGramCache(config))
+
     def memory(self) -> dict[str, dict[str, int]]:
         return {c: cache.memory() for c, cache in self._caches.items()}
 

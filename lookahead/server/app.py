@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -13,6 +14,7 @@ from fastapi import FastAPI, Header, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from lookahead.candidates.ngram_cache import NGramCaches
 from lookahead.server.config import ServerConfig
 from lookahead.server.errors import APIError, install_error_handlers
 from lookahead.server.metrics import UNLABELLED, ServerMetrics
@@ -35,18 +37,32 @@ RequestClassHeader = Annotated[
 ]
 
 
+def ngram_caches_of(config: ServerConfig) -> NGramCaches | None:
+    """The opted-in classes' caches: from --ngram-cache-file when it exists, plus empty ones for
+    --ngram-cache classes it lacks. None when neither is given."""
+    if not config.ngram_cache_classes and not config.ngram_cache_file:
+        return None
+    path = config.ngram_cache_file
+    caches = NGramCaches.load(path) if path and os.path.exists(path) else NGramCaches(())
+    caches.opt_in(config.ngram_cache_classes)
+    return caches
+
+
 def create_app(loaded: Any, config: ServerConfig, *, stream_fn: StreamFn | None = None) -> FastAPI:
     """The server for `loaded` (a lookahead LoadedModel). `stream_fn` defaults to lookahead.stream_events."""
     worker: ModelWorker
 
+    caches = ngram_caches_of(config)
     metrics = ServerMetrics(
         price_per_hour_usd=config.price_per_hour_usd,
-        known_classes=config.policy.classes.keys(),
+        known_classes=[*config.policy.classes.keys(), *(caches.classes if caches else ())],
         max_class_labels=config.max_class_labels,
         queue_depth=lambda: worker.queue_depth,
         in_flight=lambda: worker.in_flight,
     )
-    worker = ModelWorker(loaded, metrics, max_queue=config.max_queue, stream_fn=stream_fn)
+    for cls in caches.classes if caches else ():
+        metrics.ngram_cache(cls, caches.get(cls).memory())  # type: ignore[union-attr]
+    worker = ModelWorker(loaded, metrics, max_queue=config.max_queue, stream_fn=stream_fn, ngram_caches=caches)
     started = int(time.time())
     encode_lock = threading.Lock()  # HF fast tokenizers can fail ('Already borrowed') when shared by threads
 
@@ -55,6 +71,8 @@ def create_app(loaded: Any, config: ServerConfig, *, stream_fn: StreamFn | None 
         worker.start()
         yield
         await asyncio.to_thread(worker.stop, config.shutdown_timeout_s)
+        if caches is not None and config.ngram_cache_file:
+            caches.save(config.ngram_cache_file)  # after the worker stopped: nothing writes them now
 
     app = FastAPI(
         title="lookahead",

@@ -84,6 +84,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="S",
         help="on SIGTERM, seconds in-flight requests may finish (default 10)",
     )
+    p.add_argument(
+        "--ngram-cache",
+        metavar="CLASS[,CLASS...]",
+        default="",
+        help="request classes that keep a cross-request n-gram cache ('default' = unlabelled traffic)",
+    )
+    p.add_argument(
+        "--ngram-cache-file", metavar="FILE", help="load those caches from FILE at start (if it exists), save at exit"
+    )
     p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
 
 
@@ -91,6 +100,10 @@ def serve_command(args: argparse.Namespace) -> int:
     """Handler of `lookahead serve`; returns the exit code (2 on bad input, with one error line)."""
     try:
         config = config_from_args(args)
+        if config.ngram_cache_file and os.path.exists(config.ngram_cache_file):
+            from lookahead.candidates.ngram_cache import NGramCaches
+
+            NGramCaches.load(config.ngram_cache_file)  # a bad file is refused now, before the model loads
         sock = _bind(config.host, config.port)
     except (LookaheadError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -126,6 +139,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         max_body_bytes=args.max_body_bytes,
         default_max_tokens=args.default_max_tokens,
         shutdown_timeout_s=args.shutdown_timeout,
+        ngram_cache_classes=tuple(c.strip() for c in args.ngram_cache.split(",") if c.strip()),
+        ngram_cache_file=args.ngram_cache_file,
     )
 
 

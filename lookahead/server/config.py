@@ -19,6 +19,11 @@ class ServerConfig:
     shutdown_timeout_s: on SIGTERM, how long in-flight requests may run before they are cancelled.
     max_class_labels: distinct request classes (beyond the policy's) given their own metrics label;
         later ones are counted as "other", so a client cannot grow the metrics without bound.
+    ngram_cache_classes: request classes (as labelled in metrics; "default" = unlabelled traffic) that
+        keep a cross-request n-gram cache: n-grams of their finished responses are offered as candidates
+        to later requests of the same class (lookahead and prompt_lookup). Opt-in; bounded, LRU.
+    ngram_cache_file: where those caches are loaded from at start (if the file exists) and saved to at
+        shutdown. Set by the operator only; no request field can name a file.
     """
 
     host: str = "127.0.0.1"
@@ -33,6 +38,8 @@ class ServerConfig:
     default_max_tokens: int = 256
     shutdown_timeout_s: float = 10.0
     max_class_labels: int = 32
+    ngram_cache_classes: tuple[str, ...] = ()
+    ngram_cache_file: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.host, str) or not self.host:
@@ -56,6 +63,12 @@ class ServerConfig:
             value = getattr(self, name)
             if not _is_int(value) or value < low:
                 raise ConfigError(f"{name.replace('_', ' ')} must be an integer >= {low}, got {value!r}")
+
+        classes = self.ngram_cache_classes
+        if not isinstance(classes, tuple) or not all(isinstance(c, str) and c.strip() for c in classes):
+            raise ConfigError(f"n-gram cache classes must be non-empty class names, got {classes!r}")
+        if self.ngram_cache_file is not None and not (isinstance(self.ngram_cache_file, str) and self.ngram_cache_file):
+            raise ConfigError("the n-gram cache file is empty; give a path or leave --ngram-cache-file out")
 
     @property
     def auth_enabled(self) -> bool:

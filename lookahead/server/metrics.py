@@ -64,6 +64,18 @@ class ServerMetrics:
         busy.set_function(in_flight)
         price = Gauge("lookahead_price_per_device_hour_usd", "The --price-per-hour in force", registry=r)
         price.set(price_per_hour_usd)
+        self.ngram_cache_bytes = Gauge(
+            "lookahead_ngram_cache_bytes", "Approximate memory of a class's cross-request n-gram cache",
+            ("request_class",), registry=r,
+        )
+        self.ngram_cache_entries = Gauge(
+            "lookahead_ngram_cache_entries", "Entries in a class's cross-request n-gram cache",
+            ("request_class",), registry=r,
+        )
+
+    def ngram_cache(self, label: str, memory: dict[str, int]) -> None:
+        self.ngram_cache_bytes.labels(label).set(memory["bytes"])
+        self.ngram_cache_entries.labels(label).set(memory["entries"])
 
     def class_label(self, request_class: str | None, *, register: bool = True) -> str:
         """A bounded label: the policy's classes, then up to max_class_labels others, then 'other'.

@@ -19,6 +19,7 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from lookahead.candidates.ngram_cache import NGramCaches
 from lookahead.config import SamplingConfig
 from lookahead.errors import LookaheadError
 from lookahead.server.errors import APIError
@@ -127,10 +128,17 @@ class ModelWorker:
     """Runs jobs one at a time on a dedicated thread."""
 
     def __init__(
-        self, loaded: Any, metrics: ServerMetrics, *, max_queue: int, stream_fn: StreamFn | None = None
+        self,
+        loaded: Any,
+        metrics: ServerMetrics,
+        *,
+        max_queue: int,
+        stream_fn: StreamFn | None = None,
+        ngram_caches: NGramCaches | None = None,
     ) -> None:
         self._loaded = loaded
         self._metrics = metrics
+        self._caches = ngram_caches  # per class label; only this thread writes them
         self._stream: StreamFn = stream_fn if stream_fn is not None else _engine_stream()
         self._queue: queue.Queue[Job | None] = queue.Queue(maxsize=max_queue)
         self._thread: threading.Thread | None = None
@@ -231,6 +239,8 @@ class ModelWorker:
         started = time.monotonic()
         tokens, result, error, status = 0, None, None, "ok"
         events = None
+        cache = self._caches.get(spec.label) if self._caches is not None else None
+        extra: dict[str, Any] = {} if cache is None else {"ngram_cache": cache}
         try:
             events = self._stream(
                 self._loaded,
@@ -240,6 +250,7 @@ class ModelWorker:
                 sampling=spec.sampling,
                 stop=list(spec.stop),
                 **spec.decision.engine_kwargs(),
+                **extra,
             )
             for event in events:
                 if event.token_ids:
@@ -272,6 +283,8 @@ class ModelWorker:
             status = "error"
             error = APIError(500, "the engine ended without a final result", type="server_error")
         elapsed = time.monotonic() - started
+        if cache is not None:
+            m.ngram_cache(spec.label, cache.memory())
         self._service_s = 0.8 * self._service_s + 0.2 * elapsed
         self._record(job, status, result, tokens, elapsed)
         job.push(JobEnd(result=result, error=error))

@@ -71,6 +71,18 @@ def test_malformed_policy_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFix
     assert err.startswith("error: ") and "default: unknown strategy 'beam'" in err
 
 
+def test_corrupt_ngram_cache_file_exits_2_before_loading_the_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cache = tmp_path / "caches.json"
+    cache.write_text("{not json")
+    argv = ("--port", str(free_port()), "--model", "/nonexistent/model", "--ngram-cache", "code")
+    assert serve_command(parse(*argv, "--ngram-cache-file", str(cache))) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    # The file is checked first: the error names it, not the (also missing) model.
+    assert len(err) == 1 and "cannot read n-gram cache file" in err[0] and str(cache) in err[0], err
+
+
 def test_busy_port_exits_2_before_loading_the_model(capsys: pytest.CaptureFixture[str]) -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))

@@ -130,3 +130,32 @@ def test_class_labels_are_bounded(tiny: Any) -> None:
             metrics = samples(http.get("/metrics").text)
     classes = {dict(labels).get("request_class") for (name, labels) in metrics if name == "lookahead_requests_total"}
     assert classes == {"first", "other"}
+
+
+def test_opt_in_ngram_cache_per_class_persists_and_stays_lossless(tiny: Any, tmp_path: Any) -> None:
+    # "code" opts in to the cross-request n-gram cache; "chat" does not. The cache fills from finished
+    # code responses (its size shows in /metrics), never changes a token, and is saved at shutdown
+    # and loaded by the next server.
+    from lookahead.candidates.ngram_cache import NGramCaches
+
+    path = tmp_path / "caches.json"
+    config = ServerConfig(policy=POLICY, ngram_cache_classes=("code",), ngram_cache_file=str(path))
+    reference = lookahead.generate(tiny, CHAT, max_new_tokens=16, strategy="autoregressive").text
+    with serve(tiny, config) as server:
+        client = server.openai()
+        with server.http() as http:
+            assert value(samples(http.get("/metrics").text), "lookahead_ngram_cache_entries", request_class="code") == 0
+            for cls in ("code", "code", "chat"):
+                reply = client.chat.completions.create(
+                    model=MODEL, messages=CHAT, max_tokens=16, temperature=0, metadata={"request_class": cls}
+                )
+                assert reply.choices[0].message.content == reference
+            after = samples(http.get("/metrics").text)
+    entries = value(after, "lookahead_ngram_cache_entries", request_class="code")
+    assert entries > 0 and value(after, "lookahead_ngram_cache_bytes", request_class="code") > 0
+    assert ("lookahead_ngram_cache_entries", (("request_class", "chat"),)) not in after
+    saved = NGramCaches.load(path)
+    assert saved.classes == ("code",) and len(saved.get("code") or ()) == entries
+    with serve(tiny, config) as server, server.http() as http:
+        loaded = samples(http.get("/metrics").text)
+        assert value(loaded, "lookahead_ngram_cache_entries", request_class="code") == entries

@@ -1,6 +1,28 @@
-"""The decoding engine: one shared step routine, candidate sources plugged in by strategy name."""
+"""The decoding engine: one shared step routine, candidate sources plugged in by strategy name.
+
+Names are imported on first use, so a candidate source can import `lookahead.engine.draft` (the
+interface it implements) without pulling in the generation loop, which imports the sources.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from lookahead.config import STRATEGIES
-from lookahead.engine.generate import GenerationResult, GenerationStats, StepEvent, generate, stream, stream_events
 
-__all__ = ["STRATEGIES", "GenerationResult", "GenerationStats", "StepEvent", "generate", "stream", "stream_events"]
+_LAZY = ("GenerationResult", "GenerationStats", "StepEvent", "generate", "stream", "stream_events")
+
+__all__ = ["STRATEGIES", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'lookahead.engine' has no attribute {name!r}")
+    value = getattr(importlib.import_module("lookahead.engine.generate"), name)
+    globals()[name] = value
+    return value
+
+
+if TYPE_CHECKING:
+    from lookahead.engine.generate import GenerationResult, GenerationStats, StepEvent, generate, stream, stream_events

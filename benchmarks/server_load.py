@@ -380,10 +380,12 @@ def main(argv: list[str] | None = None) -> int:
                 code = server.stop()
                 if code != 0:
                     print(f"warning: server exited with {code} after SIGTERM", file=sys.stderr)
-    print(
-        "| policy | N | requests | ok | 429 | errors | p50 latency s | p95 latency s | p50 TTFT s | p95 TTFT s | tokens/s | RSS before MB | RSS after MB |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    if results:
+        print(
+            "| policy | N | requests | ok | 429 | errors | p50 latency s | p95 latency s | p50 TTFT s | p95 TTFT s "
+            "| tokens/s | RSS before MB | RSS after MB |"
+        )
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         print(
             f"| {r.policy} | {r.concurrency} | {r.requests} | {r.ok} | {r.rejected_429} | {r.errors} | "

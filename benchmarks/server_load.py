@@ -261,10 +261,14 @@ def soak(server: Server, total: int, max_tokens: int, extra: dict[str, Any], cli
                     done += 1
                     i = done
                 cls, prompt, _ = WORKLOAD[i % len(WORKLOAD)]
-                if i % 10 == 0:
-                    status = abandon_stream(http, server.model, (cls, prompt, max_tokens), seed=i)
-                else:
-                    status = one_request(http, server.model, (cls, prompt, max_tokens), seed=i, extra=extra).status
+                try:
+                    if i % 10 == 0:
+                        status = abandon_stream(http, server.model, (cls, prompt, max_tokens), seed=i)
+                    else:
+                        item = (cls, prompt, max_tokens)
+                        status = one_request(http, server.model, item, seed=i, extra=extra).status
+                except (httpx.HTTPError, ValueError):  # a dead server or a broken stream: counted, not hidden
+                    status = -1
                 with lock:
                     statuses[status] = statuses.get(status, 0) + 1
                     if i % 100 == 0:
@@ -277,11 +281,13 @@ def soak(server: Server, total: int, max_tokens: int, extra: dict[str, Any], cli
         t.start()
     for t in threads:
         t.join()
-    trace.append((total, rss_mb(server.proc.pid)))
+    alive = server.proc.poll() is None
+    trace.append((total, rss_mb(server.proc.pid) if alive else float("nan")))
     after_warmup = [mb for n, mb in trace if n >= 100] or [trace[-1][1]]
     return {
         "requests": total, "max_tokens": max_tokens, "clients": clients, "seconds": round(time.monotonic() - t0, 1),
-        "statuses": {str(k): v for k, v in sorted(statuses.items())},
+        "statuses": {str(k): v for k, v in sorted(statuses.items())},  # -1: transport error
+        "server_alive": alive,
         "rss_trace_mb": [[n, round(mb, 1)] for n, mb in trace],
         "rss_growth_after_100_mb": round(after_warmup[-1] - after_warmup[0], 1),
     }
@@ -400,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.out).write_text(
             json.dumps({"model": args.model, "results": [asdict(r) for r in results], "soak": soaks}, indent=2) + "\n"
         )
-    bad_soak = any(set(sk["statuses"]) - {"200", "429"} for sk in soaks.values())
+    bad_soak = any(set(sk["statuses"]) - {"200", "429"} or not sk["server_alive"] for sk in soaks.values())
     return 1 if any(r.errors for r in results) or bad_soak else 0
 
 

@@ -8,6 +8,7 @@ needs them (`load`, `generate`, ...) is touched.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -43,10 +44,13 @@ __all__ = sorted(_EXPORTS)
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
+        if not name.startswith("_") and importlib.util.find_spec(f"lookahead.{name}") is not None:
+            return importlib.import_module(f"lookahead.{name}")  # `lookahead.config.X` after `import lookahead`
         raise AttributeError(f"module 'lookahead' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value  # later lookups skip this function
     return value
+# (No public name equals a submodule's name: importing lookahead.X sets attribute X on this package.)
 
 
 def __dir__() -> list[str]:

@@ -85,7 +85,11 @@ class BenchConfig:
     def __post_init__(self) -> None:
         from lookahead.bench.variants import parse_strategies
 
-        parse_strategies(self.strategies, self.known_strategies)  # raises with the label and the fix
+        specs = parse_strategies(self.strategies, self.known_strategies)  # raises with the label and the fix
+        cached = [label for label, spec in specs.items() if spec.ngram_cache]
+        if cached and self.repeats > 1:
+            raise ConfigError(f"{', '.join(cached)}: a cross-request cache learns each output, so a repeat would "
+                              "find its own answer in it; run /cache strategies with --repeats 1")
         if len(set(self.strategies)) != len(self.strategies):
             raise ConfigError("--strategies names a strategy twice")
         if BASELINE not in self.strategies:

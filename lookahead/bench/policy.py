@@ -8,6 +8,7 @@ of that class whose max_tokens is below it to autoregressive decoding.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -67,15 +68,22 @@ def build_policy(classes: Mapping[str, dict[str, Any]], crossover: Mapping[str, 
             if (crossover.get(cls, {}).get(choice, {}).get("wins_for") == "longer outputs"
                     and n_star is not None and n_star > 1):
                 rules.append({"if": {"class": cls, "max_tokens_below": int(math.ceil(n_star))}, "strategy": BASELINE})
-    chosen = set(measured_as.values())
-    # Traffic of an unmeasured class: a non-autoregressive default only when every measured class agrees.
-    default_strategy = next(iter(chosen)) if len(chosen) == 1 else BASELINE
+    # Traffic of an unmeasured class: a non-autoregressive default only when every measured class agrees
+    # on the same decision (labels differing only in /cache agree: the cache is not part of a decision).
+    chosen = {json.dumps(d, sort_keys=True) for d in per_class.values()}
+    default = json.loads(next(iter(chosen))) if len(chosen) == 1 else decision(BASELINE, lk)
+    # Savings measured with a cross-request cache need the server to keep one for those classes.
+    cached = sorted(c for c, label in measured_as.items() if parse_strategy(label, POLICY_STRATEGIES).ngram_cache)
+    extra: dict[str, Any] = {}
+    if cached:
+        extra = {"ngram_cache_classes": cached,
+                 "serve_with": f"lookahead serve --policy policy.json --ngram-cache {','.join(cached)}"}
     return {
         "version": POLICY_VERSION,
-        "default": decision(default_strategy, lk),
+        "default": default,
         "classes": per_class,
         "rules": rules,
-        "meta": {**dict(meta), "reasons": reasons, "measured_as": measured_as},
+        "meta": {**dict(meta), "reasons": reasons, "measured_as": measured_as, **extra},
     }
 
 

@@ -175,6 +175,9 @@ def blocks(summary: dict[str, Any], figures: dict[str, Path], primary: str) -> l
     for rule in pol["rules"]:
         out.append(("p", f"Rule: class {rule['if'].get('class')} with max_tokens below "
                          f"{rule['if'].get('max_tokens_below')} -> {rule['strategy']} (below the break-even length)."))
+    if pol["meta"].get("serve_with"):
+        out.append(("p", f"Savings for {', '.join(pol['meta']['ngram_cache_classes'])} were measured with a "
+                         f"cross-request n-gram cache: serve with `{pol['meta']['serve_with']}`."))
     ident = summary["identity"]
     out += [("h2", "Identity check"), ("p", f"{ident['checked_rows']} rows checked, {ident['mismatches']} mismatches. "
                                             + ident["note"] + ".")]

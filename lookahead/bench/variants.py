@@ -17,6 +17,7 @@ recommended policy turns it back into the server's {"strategy": ..., block: {...
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,16 +41,18 @@ _CONFIGS: dict[str, type] = {"lookahead": LookaheadConfig, "prompt_lookup": Prom
 
 @dataclass(frozen=True)
 class StrategySpec:
-    """One parsed label. `config` is None where the strategy takes no parameters or the label gives
-    none for "lookahead"/"lookahead_jacobi" (the run's --lookahead shape applies then)."""
+    """One parsed label. For "lookahead"/"lookahead_jacobi" the label's W/N/G (`lookahead_overrides`)
+    replace those fields of the run's --lookahead shape; other blocks get a full `config`."""
 
     label: str
     strategy: str
-    config: LookaheadConfig | PromptLookupConfig | SpeculativeConfig | None = None
+    config: PromptLookupConfig | SpeculativeConfig | None = None
+    lookahead_overrides: tuple[tuple[str, int], ...] = ()
     ngram_cache: bool = False
 
     def lookahead_or(self, default: LookaheadConfig) -> LookaheadConfig:
-        return self.config if isinstance(self.config, LookaheadConfig) else default
+        """The run's shape with this label's own W/N/G, if any."""
+        return dataclasses.replace(default, **dict(self.lookahead_overrides)) if self.lookahead_overrides else default
 
     def decision(self, default_lookahead: LookaheadConfig) -> Decision:
         """The server-policy form of this strategy (the cross-request cache is a deployment choice,
@@ -60,9 +63,24 @@ class StrategySpec:
         return Decision(self.strategy, self.config if block else None)
 
 
+def _segments(label: str) -> list[str]:
+    """Split on '/', but keep slashes inside a value: 'speculative/draft=Org/Model/k=2' ->
+    ['speculative', 'draft=Org/Model', 'k=2'] (a segment that is neither key=value nor 'cache'
+    continues the value before it)."""
+    name, *rest = label.split("/")
+    out = [name.strip()]
+    for seg in rest:
+        starts_new = seg.strip() == CACHE_FLAG or re.match(r"^\s*[A-Za-z_]+=", seg) is not None
+        if starts_new or len(out) == 1 or "=" not in out[-1]:
+            out.append(seg.strip())
+        else:
+            out[-1] += "/" + seg
+    return out
+
+
 def parse_strategy(label: str, known: tuple[str, ...]) -> StrategySpec:
     """'speculative/draft=self:24/k=4' -> StrategySpec. Errors name the label and what to write."""
-    name, *params = [p.strip() for p in label.split("/")]
+    name, *params = _segments(label)
     if name not in known:
         where = f" in {label!r}" if label != name else ""
         raise ConfigError(f"unknown strategy {name}{where}; choose from {', '.join(known)}")
@@ -84,10 +102,12 @@ def parse_strategy(label: str, known: tuple[str, ...]) -> StrategySpec:
             raise ConfigError(f"{label!r}: cannot read {p!r}; {name} takes "
                               f"{', '.join(k + '=...' for k in keys)}" + (" or /cache" if name in CACHED_STRATEGIES else ""))
         field_name = keys[key]
-        values[field_name] = raw if field_name == "draft" else _int(raw, label, key)
-    config = _CONFIGS[block](**values) if block and values else None  # the config validates ranges
-    if block and config is None and block != "lookahead":
-        config = _CONFIGS[block]()
+        values[field_name] = raw.strip() if field_name == "draft" else _int(raw, label, key)
+    if block == "lookahead":
+        LookaheadConfig(**values)  # range errors now, at the edge (the run's shape is applied later)
+        return StrategySpec(label=label, strategy=name, lookahead_overrides=tuple(sorted(values.items())),
+                            ngram_cache=cache)
+    config = _CONFIGS[block](**values) if block else None  # the config validates ranges
     return StrategySpec(label=label, strategy=name, config=config, ngram_cache=cache)
 
 

@@ -15,6 +15,7 @@ them as one JSON file.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 from collections import OrderedDict
@@ -181,9 +182,9 @@ class NGramCaches:
         return tuple(self._caches)
 
     def opt_in(self, classes: Iterable[str], config: NGramCacheConfig | None = None) -> None:
-        """Give each of `classes` that has none yet an empty cache (loaded ones are kept)."""
-        for c in classes:
-            self._caches.setdefault(c, NGramCache(config))
+        """Exactly `classes` keep a cache: each gets its loaded one or an empty one; others are dropped."""
+        wanted = list(classes)
+        self._caches = {c: self._caches[c] if c in self._caches else NGramCache(config) for c in wanted}
 
     def memory(self) -> dict[str, dict[str, int]]:
         return {c: cache.memory() for c, cache in self._caches.items()}
@@ -207,7 +208,9 @@ def _entry_bytes(entry: Entry) -> int:
 
 def _write(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, separators=(",", ":")))
+    # Owner-only: the entries are pieces of users' responses.
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:
+        fh.write(json.dumps(data, separators=(",", ":")))
     tmp.replace(path)  # atomic: a crash never leaves half a file
 
 

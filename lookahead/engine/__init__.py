@@ -19,10 +19,17 @@ __all__ = ["STRATEGIES", *_LAZY]
 def __getattr__(name: str) -> Any:
     if name not in _LAZY:
         raise AttributeError(f"module 'lookahead.engine' has no attribute {name!r}")
-    value = getattr(importlib.import_module("lookahead.engine.generate"), name)
-    globals()[name] = value
-    return value
+    # (The loop lives in generation.py, not generate.py: importing a submodule sets an attribute of
+    # the same name on this package, which would shadow the function `generate`.)
+    module = importlib.import_module("lookahead.engine.generation")
+    for lazy in _LAZY:
+        globals()[lazy] = getattr(module, lazy)
+    return globals()[name]
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 if TYPE_CHECKING:
-    from lookahead.engine.generate import GenerationResult, GenerationStats, StepEvent, generate, stream, stream_events
+    from lookahead.engine.generation import GenerationResult, GenerationStats, StepEvent, generate, stream, stream_events

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
 import time
@@ -44,7 +45,8 @@ def ngram_caches_of(config: ServerConfig) -> NGramCaches | None:
         return None
     path = config.ngram_cache_file
     caches = NGramCaches.load(path) if path and os.path.exists(path) else NGramCaches(())
-    caches.opt_in(config.ngram_cache_classes)
+    if config.ngram_cache_classes:  # the flag decides which classes keep one; else the file's classes do
+        caches.opt_in(config.ngram_cache_classes)
     return caches
 
 
@@ -72,7 +74,10 @@ def create_app(loaded: Any, config: ServerConfig, *, stream_fn: StreamFn | None 
         yield
         await asyncio.to_thread(worker.stop, config.shutdown_timeout_s)
         if caches is not None and config.ngram_cache_file:
-            caches.save(config.ngram_cache_file)  # after the worker stopped: nothing writes them now
+            try:  # after the worker stopped: nothing writes them now
+                caches.save(config.ngram_cache_file)
+            except OSError as exc:
+                logging.getLogger("lookahead.server").error("could not save the n-gram caches: %s", exc)
 
     app = FastAPI(
         title="lookahead",

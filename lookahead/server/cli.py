@@ -100,10 +100,8 @@ def serve_command(args: argparse.Namespace) -> int:
     """Handler of `lookahead serve`; returns the exit code (2 on bad input, with one error line)."""
     try:
         config = config_from_args(args)
-        if config.ngram_cache_file and os.path.exists(config.ngram_cache_file):
-            from lookahead.candidates.ngram_cache import NGramCaches
-
-            NGramCaches.load(config.ngram_cache_file)  # a bad file is refused now, before the model loads
+        if config.ngram_cache_file:
+            _check_cache_file(config.ngram_cache_file)
         sock = _bind(config.host, config.port)
     except (LookaheadError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -121,6 +119,17 @@ def serve_command(args: argparse.Namespace) -> int:
             return 2
         run(loaded, config, sock, log_level=args.log_level)
     return 0
+
+
+def _check_cache_file(path: str) -> None:
+    """Refuse, before the model loads, a cache file that cannot be read or will not be writable at exit."""
+    from lookahead.candidates.ngram_cache import NGramCaches
+
+    if os.path.exists(path):
+        NGramCaches.load(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        raise LookaheadError(f"cannot write the n-gram cache file {path}: {folder} is not a writable folder")
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:

@@ -17,16 +17,17 @@ RUN_SHAPE = LookaheadConfig(window=3, ngram=4, guesses=5)  # stands in for the r
 
 def test_a_bare_name_has_no_parameters_and_takes_the_runs_shape() -> None:
     v = parse_strategy("lookahead", KNOWN)
-    assert (v.strategy, v.config, v.ngram_cache) == ("lookahead", None, False)
+    assert (v.strategy, v.config, v.lookahead_overrides, v.ngram_cache) == ("lookahead", None, (), False)
     assert v.lookahead_or(RUN_SHAPE) == RUN_SHAPE
 
 
 def test_lookahead_shape_in_short_and_long_keys() -> None:
-    # W/N/G and window/ngram/guesses are the same fields; unspecified ones keep LookaheadConfig's defaults.
+    # W/N/G and window/ngram/guesses are the same fields; the ones a label leaves out come from the
+    # run's --lookahead shape (here W3 N4 G5), not from LookaheadConfig's defaults.
     short = parse_strategy("lookahead_jacobi/W=4/N=5/G=2", KNOWN)
     long = parse_strategy("lookahead_jacobi/window=4/ngram=5/guesses=2", KNOWN)
-    assert short.config == long.config == LookaheadConfig(window=4, ngram=5, guesses=2)
-    assert parse_strategy("lookahead/G=0", KNOWN).config == LookaheadConfig(guesses=0)
+    assert short.lookahead_or(RUN_SHAPE) == long.lookahead_or(RUN_SHAPE) == LookaheadConfig(window=4, ngram=5, guesses=2)
+    assert parse_strategy("lookahead/G=0", KNOWN).lookahead_or(RUN_SHAPE) == LookaheadConfig(window=3, ngram=4, guesses=0)
 
 
 def test_cache_flag_on_lookahead_and_prompt_lookup_only() -> None:
@@ -43,6 +44,11 @@ def test_speculative_self_draft_and_k() -> None:
     assert v.config == SpeculativeConfig(draft="self:24", draft_tokens=3)
     # No parameters: SpeculativeConfig's defaults (half the layers, k=4).
     assert parse_strategy("speculative", KNOWN).config == SpeculativeConfig()
+    # A draft named by a Hugging Face id or a path keeps its slashes; the next key=value still parses.
+    hub = parse_strategy("speculative/draft=HuggingFaceTB/SmolLM2-135M/k=2", KNOWN)
+    assert hub.config == SpeculativeConfig(draft="HuggingFaceTB/SmolLM2-135M", draft_tokens=2)
+    path = parse_strategy("speculative/draft=/models/draft.gguf", KNOWN)
+    assert path.config == SpeculativeConfig(draft="/models/draft.gguf")
 
 
 @pytest.mark.parametrize(
@@ -63,10 +69,21 @@ def test_bad_labels_say_what_to_write(label: str, message: str) -> None:
         parse_strategy(label, KNOWN)
 
 
+def test_cache_strategies_refuse_repeats(tmp_path) -> None:
+    # Repeat 2 of a request would find repeat 1's output in the cache: a measurement of a lookup.
+    from lookahead.bench.config import BenchConfig
+
+    args = dict(model="m", workloads=("w",), out=tmp_path, known_strategies=KNOWN)
+    BenchConfig(strategies=("autoregressive", "lookahead/cache"), repeats=1, **args)
+    BenchConfig(strategies=("autoregressive", "lookahead"), repeats=3, **args)
+    with pytest.raises(ConfigError, match="lookahead/cache: .* --repeats 1"):
+        BenchConfig(strategies=("autoregressive", "lookahead/cache"), repeats=2, **args)
+
+
 def test_policy_entries_come_back_in_the_servers_format() -> None:
     # The cache flag is a deployment choice, so the policy entry of "lookahead/W=4/cache" is plain lookahead.
     assert decision("lookahead/W=4/cache", RUN_SHAPE) == {
-        "strategy": "lookahead", "lookahead": {"window": 4, "ngram": 4, "guesses": 4}}
+        "strategy": "lookahead", "lookahead": {"window": 4, "ngram": 4, "guesses": 5}}
     assert decision("lookahead", RUN_SHAPE)["lookahead"] == {"window": 3, "ngram": 4, "guesses": 5}
     spec = decision("speculative/draft=self:24/k=3", RUN_SHAPE)
     assert spec == {"strategy": "speculative", "speculative": {"draft": "self:24", "draft_tokens": 3}}
@@ -114,3 +131,16 @@ def test_a_decision_table_run_measures_every_variant_losslessly(tiny_model_dir, 
     assert all(r["ngram_cache_bytes"] == 0 for r in by_label["lookahead_jacobi"])
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["classes"]["code"]["strategies"]) == set(labels.split(","))
+
+
+def test_cached_winners_tell_the_operator_to_serve_with_the_cache() -> None:
+    # code wins with lookahead/cache, json with plain lookahead: the same policy decision, so the
+    # default agrees with them; the cache requirement for code is recorded with the command to use.
+    saving = {"device_s_saved_per_request": {"mean": 1.0, "ci95": [0.5, 1.5]}, "paired_n": 10}
+    classes = {"code": {"strategies": {"lookahead/cache": saving}}, "json": {"strategies": {"lookahead": saving}}}
+    doc = build_policy(classes, {}, ["autoregressive", "lookahead", "lookahead/cache"], RUN_SHAPE, {})
+    assert doc["classes"]["code"] == doc["classes"]["json"] == doc["default"]
+    assert doc["default"]["strategy"] == "lookahead"
+    assert doc["meta"]["ngram_cache_classes"] == ["code"]
+    assert doc["meta"]["serve_with"].endswith("--ngram-cache code")
+    Policy.from_dict(doc)  # and the server still reads it

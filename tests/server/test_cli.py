@@ -83,6 +83,13 @@ def test_corrupt_ngram_cache_file_exits_2_before_loading_the_model(
     assert len(err) == 1 and "cannot read n-gram cache file" in err[0] and str(cache) in err[0], err
 
 
+def test_unwritable_ngram_cache_folder_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ("--port", str(free_port()), "--ngram-cache", "code", "--ngram-cache-file", "/nonexistent/dir/c.json")
+    assert serve_command(parse(*argv)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is not a writable folder" in err[0], err
+
+
 def test_busy_port_exits_2_before_loading_the_model(capsys: pytest.CaptureFixture[str]) -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))

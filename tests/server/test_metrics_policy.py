@@ -156,6 +156,15 @@ def test_opt_in_ngram_cache_per_class_persists_and_stays_lossless(tiny: Any, tmp
     assert ("lookahead_ngram_cache_entries", (("request_class", "chat"),)) not in after
     saved = NGramCaches.load(path)
     assert saved.classes == ("code",) and len(saved.get("code") or ()) == entries
+    assert path.stat().st_mode & 0o777 == 0o600  # pieces of users' responses: owner-only
     with serve(tiny, config) as server, server.http() as http:
         loaded = samples(http.get("/metrics").text)
         assert value(loaded, "lookahead_ngram_cache_entries", request_class="code") == entries
+    # The flag, not the file, decides who keeps a cache: code is dropped when only chat opts in.
+    import dataclasses
+
+    with serve(tiny, dataclasses.replace(config, ngram_cache_classes=("chat",))) as server, server.http() as http:
+        only_chat = samples(http.get("/metrics").text)
+        assert value(only_chat, "lookahead_ngram_cache_entries", request_class="chat") == 0
+        assert ("lookahead_ngram_cache_entries", (("request_class", "code"),)) not in only_chat
+    assert NGramCaches.load(path).classes == ("chat",)

@@ -12,8 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from lookahead.bench import plots
+from lookahead.bench.compare import decision_rows, primary_strategy, versus_rows, versus_verdict
 from lookahead.bench.config import BASELINE
+from lookahead.bench.policy import decision as policy_decision
 from lookahead.bench.stats import Records
+from lookahead.config import LookaheadConfig
 
 Block = tuple[Any, ...]  # ("h1"|"h2"|"p"|"b", text) | ("table", header, rows) | ("img", file, caption)
 
@@ -32,9 +35,13 @@ def _num(x: Any, fmt: str) -> str:
     return "-" if x is None else format(x, fmt)
 
 
-def primary_strategy(strategies: Sequence[str]) -> str:
-    others = [s for s in strategies if s != BASELINE]
-    return "lookahead" if "lookahead" in others else others[0]
+def _shape(label: str, lk: dict[str, int]) -> str:
+    """' (W=.., N=.., G=..)' for a lookahead label (its own overrides applied), else ''."""
+    if label.split("/")[0] not in ("lookahead", "lookahead_jacobi"):
+        return ""
+    run = LookaheadConfig(window=lk["window"], ngram=lk["ngram"], guesses=lk["guesses"])
+    c = policy_decision(label, run)["lookahead"]
+    return f" (W={c['window']}, N={c['ngram']}, G={c['guesses']})"
 
 
 def verdict(summary: dict[str, Any], primary: str) -> list[Block]:
@@ -60,7 +67,7 @@ def verdict(summary: dict[str, Any], primary: str) -> list[Block]:
             loses.append(text)
         else:
             others.append(f"{cls} ({chosen})")
-    out.append(("p", f"{primary} (W={lk['window']}, N={lk['ngram']}, G={lk['guesses']}) is recommended for: "
+    out.append(("p", f"{primary}{_shape(primary, lk)} is recommended for: "
                      f"{', '.join(wins) or 'no class'}. Kept on autoregressive decoding (no confident saving): "
                      f"{', '.join(loses) or 'no class'}."
                      + (f" Another strategy saves more on: {', '.join(others)}." if others else "")
@@ -93,6 +100,15 @@ def class_table(summary: dict[str, Any]) -> Block:
                 "-" if not sv else f"{sv['mean']:.4f} [{sv['ci95'][0]:.4f}, {sv['ci95'][1]:.4f}]",
             ])
     return ("table", header, rows)
+
+
+def decision_blocks(doc: dict[str, Any]) -> list[Block]:
+    return [("h2", "Decision table"),
+            ("p", "Per class: each strategy's median speedup over autoregressive decoding (paired per request) "
+                  "and its device-seconds per request; the fastest and cheapest lossless strategy."),
+            ("table", *decision_rows(doc)),
+            ("p", versus_verdict(doc)),
+            ("table", *versus_rows(doc))]
 
 
 def mix_blocks(summary: dict[str, Any]) -> list[Block]:
@@ -151,6 +167,8 @@ def blocks(summary: dict[str, Any], figures: dict[str, Path], primary: str) -> l
     out += verdict(summary, primary)
     if "speedup" in figures:
         out.append(("img", figures["speedup"], "Speedup per class"))
+    if summary.get("decision"):
+        out += decision_blocks(summary["decision"])
     out.append(("p", f"Model {meta['model']} ({meta['dtype']}), up to {meta['max_new_tokens']} new tokens, "
                      f"{meta['repeats']} repeat(s), {summary['requests']} requests, {summary['rows']} measurements, "
                      f"price ${meta['price_per_hour_usd']:g} per device-hour. torch {meta['torch']}, transformers "

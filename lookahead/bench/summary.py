@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from lookahead.bench.compare import decision_rows, decision_table, versus_rows
 from lookahead.bench.config import BASELINE, BenchConfig
 from lookahead.bench.economics import blend, crossovers, workload_shares
 from lookahead.bench.policy import build_policy
@@ -90,6 +91,7 @@ def summarize(rows: Sequence[dict[str, Any]], cfg: BenchConfig, *, class_counts:
         "prefill_decode_share": prefill_decode_share(rows),
         "profile": profile,
         "policy": policy,
+        "decision": decision_table(records, classes, cfg.strategies, resamples=cfg.bootstrap),
     }
     return summary, policy
 
@@ -113,6 +115,11 @@ def table(summary: dict[str, Any]) -> str:
                 f"{_f(st['acceptance_rate'], '.2f'):>7} {st['latency_p50_s']:>7.3f} {speed:>22} "
                 f"{st['device_s_per_request']:>10.4f} {st['cost_per_request_usd']:>11.3g}"
             )
+    if summary.get("decision"):
+        for header, rows in (decision_rows(summary["decision"]), versus_rows(summary["decision"])):
+            lines.append("")
+            lines.append(" | ".join(header))
+            lines.extend(" | ".join(r) for r in rows)
     mix = summary["mix"]
     if "before_usd" in mix:
         lines.append("")

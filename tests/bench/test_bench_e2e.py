@@ -206,3 +206,42 @@ def test_profile_in_report(bench_run) -> None:
     d = sum(r["decode_s"] for r in rows if r["class"] == "code" and r["strategy"] == "lookahead")
     assert close(share["code"]["lookahead"], p / (p + d))
     assert "Serving-path profile" in (bench_run.out / "report.md").read_text()
+
+
+def test_decision_table_recomputed(bench_run) -> None:
+    """Three strategies compete with autoregressive here, so the run has a decision table: every cell,
+    the fastest and cheapest strategy, and lookahead's head-to-head ratios, recomputed from the rows."""
+    summary = json.loads((bench_run.out / "summary.json").read_text())
+    doc = summary["decision"]
+    assert doc["primary"] == "lookahead" and doc["strategies"] == STRATEGIES.split(",")
+    recs = records(rows_of(bench_run.out))
+    for cls, c in doc["classes"].items():
+        ar = recs[(cls, "autoregressive")]
+        speed = {"autoregressive": 1.0}
+        for s in ("lookahead", "hf_generate", "hf_prompt_lookup"):
+            ids = sorted(set(ar) & set(recs[(cls, s)]))
+            speed[s] = float(np.median([ar[i]["total_s"] / recs[(cls, s)][i]["total_s"] for i in ids]))
+        assert c["speedup_vs_ar"] == pytest.approx(speed, rel=1e-12)
+        device = {s: float(np.mean([x["device_s"] for x in recs[(cls, s)].values()])) for s in speed}
+        assert c["device_s_per_request"] == pytest.approx(device, rel=1e-12)
+        assert c["fastest"] == max(speed, key=speed.get)  # no mismatches on the tiny model, all are eligible
+        assert c["cheapest"] == min(device, key=device.get)
+        la = recs[(cls, "lookahead")]
+        for rival in ("hf_generate", "hf_prompt_lookup"):
+            rr = recs[(cls, rival)]
+            ids = sorted(set(la) & set(rr))
+            ratios = [rr[i]["total_s"] / la[i]["total_s"] for i in ids]  # > 1: lookahead ran faster
+            h = c["primary_vs"][rival]
+            assert h["paired_n"] == len(ids)
+            assert close(h["median"], float(np.median(ratios)))
+            lo, hi = boot(ratios, np.median, 0)
+            assert close(h["ci95"][0], lo) and close(h["ci95"][1], hi)
+    report = (bench_run.out / "report.md").read_text()
+    assert "## Decision table" in report and "lookahead vs hf_prompt_lookup" in report
+
+
+def test_no_decision_table_for_one_strategy() -> None:
+    """autoregressive against a single strategy is the plain per-class report: no decision table."""
+    from lookahead.bench.compare import decision_table
+
+    assert decision_table({}, {}, ["autoregressive", "lookahead"], resamples=10) is None

@@ -128,3 +128,37 @@ def test_transformers_rows_ignore_the_models_generation_defaults() -> None:
     assert lookup.steps <= lookup.new_tokens and lookup.guesses_accepted == lookup.new_tokens - lookup.steps
     assert lookup.processed_tokens == lookup.steps + lookup.guesses_verified
     assert 0 < plain.prefill_s <= plain.ttft_s <= plain.total_s and plain.device_s <= plain.total_s
+
+
+def test_decision_table_hand_case() -> None:
+    """Two requests of one class. Per request latencies (seconds):
+
+        autoregressive  2.0  4.0
+        lookahead       1.0  2.5   -> speedups 2.0, 1.6: median 1.8
+        prompt_lookup   0.5  1.0   -> speedups 4.0, 4.0, but one output differs from autoregressive
+
+    prompt_lookup is faster and cheaper, but not lossless, so lookahead is the fastest and cheapest
+    strategy that may be chosen. Head to head, lookahead's latency ratios are 0.5/1.0 and 1.0/2.5:
+    median 0.45 (it is slower than prompt_lookup).
+    """
+    from lookahead.bench.compare import decision_table
+    from lookahead.bench.stats import class_tables
+
+    def full(total: float, mismatch: bool = False) -> dict:
+        r = {k: 1.0 for k in ("prompt_tokens", "new_tokens", "steps", "guesses_verified", "guesses_accepted",
+                              "processed_tokens", "prefill_s", "decode_s", "ttft_s", "cpu_s")}
+        return {**r, "total_s": total, "device_s": total, "repeats": 1, "checked": 1, "mismatches": int(mismatch)}
+
+    records = {("code", "autoregressive"): {"a": full(2.0), "b": full(4.0)},
+               ("code", "lookahead"): {"a": full(1.0), "b": full(2.5)},
+               ("code", "prompt_lookup"): {"a": full(0.5), "b": full(1.0, mismatch=True)}}
+    strategies = ["autoregressive", "lookahead", "prompt_lookup"]
+    classes = class_tables(records, strategies, price_per_hour=1.0, resamples=50)
+    doc = decision_table(records, classes, strategies, resamples=50)
+    assert doc is not None and doc["primary"] == "lookahead"
+    c = doc["classes"]["code"]
+    assert c["speedup_vs_ar"] == pytest.approx({"autoregressive": 1.0, "lookahead": 1.8, "prompt_lookup": 4.0})
+    assert c["device_s_per_request"] == pytest.approx({"autoregressive": 3.0, "lookahead": 1.75, "prompt_lookup": 0.75})
+    assert (c["fastest"], c["cheapest"]) == ("lookahead", "lookahead")
+    assert c["primary_vs"]["prompt_lookup"]["median"] == pytest.approx(0.45)
+    assert c["primary_vs"]["prompt_lookup"]["paired_n"] == 2

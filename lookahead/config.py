@@ -20,6 +20,9 @@ class LookaheadConfig:
     guesses: G, how many pooled n-grams the verification branch checks per step.
     context_ngrams: also pool n-grams of the prompt and of the generated text (cheap, often the
         best candidates); set False for the pure Jacobi pool of the paper.
+    context_tokens: longest context / cross-request candidate, in tokens after the root (None: N-1,
+        like a Jacobi n-gram). Copied spans (quotes, code, JSON) can run far past N-1 tokens, and one
+        longer candidate then settles more tokens per step, at the price of more query tokens.
     max_pool_per_key: n-grams kept per first token (oldest dropped first).
 
     Defaults were measured on a 2-core CPU with SmolLM2-135M (README, "Performance"); on such a device
@@ -31,6 +34,7 @@ class LookaheadConfig:
     guesses: int = 4
     context_ngrams: bool = True
     max_pool_per_key: int = 16
+    context_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.window, int) or self.window < 1:
@@ -41,16 +45,23 @@ class LookaheadConfig:
             raise ConfigError(f"guesses (G) must be an integer >= 0, got {self.guesses!r}")
         if self.max_pool_per_key < 1:
             raise ConfigError(f"max_pool_per_key must be >= 1, got {self.max_pool_per_key!r}")
-        if self.window * (self.ngram - 1) + self.guesses * (self.ngram - 1) + 1 > 512:
+        if self.context_tokens is not None and (not isinstance(self.context_tokens, int) or self.context_tokens < 1):
+            raise ConfigError(f"context_tokens must be an integer >= 1 (or None for N-1), got {self.context_tokens!r}")
+        if self.query_tokens > 512:
             raise ConfigError(
                 f"W={self.window}, N={self.ngram}, G={self.guesses} puts "
                 f"{self.query_tokens} tokens in one step; keep it under 512"
             )
 
     @property
+    def candidate_tokens(self) -> int:
+        """Longest verified candidate: max(N-1, context_tokens)."""
+        return max(self.ngram - 1, self.context_tokens or 0)
+
+    @property
     def query_tokens(self) -> int:
-        """Upper bound on query tokens per step: 1 + W*(N-1) + G*(N-1)."""
-        return 1 + (self.window + self.guesses) * (self.ngram - 1)
+        """Upper bound on query tokens per step: 1 + W*(N-1) + G*max(N-1, context_tokens)."""
+        return 1 + self.window * (self.ngram - 1) + self.guesses * self.candidate_tokens
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ CACHED_STRATEGIES = ("lookahead", "prompt_lookup")  # the engine offers cross-re
 # Per parameter block: accepted key -> config field.
 _KEYS: dict[str, dict[str, str]] = {
     "lookahead": {"W": "window", "N": "ngram", "G": "guesses", "window": "window", "ngram": "ngram",
-                  "guesses": "guesses"},
+                  "guesses": "guesses", "context_tokens": "context_tokens"},
     "prompt_lookup": {f.name: f.name for f in dataclasses.fields(PromptLookupConfig)},
     "speculative": {"draft": "draft", "k": "draft_tokens", "draft_tokens": "draft_tokens"},
 }

@@ -75,7 +75,8 @@ class LookaheadProposer:
 
     def __init__(self, cfg: LookaheadConfig, prompt: Sequence[int], cache: NGramCache | None = None) -> None:
         self.cfg = cfg
-        self.length = cfg.ngram - 1  # tokens per candidate after the root
+        self.length = cfg.ngram - 1  # tokens per Jacobi candidate after the root
+        self.context_length = cfg.context_tokens or self.length  # context and cache candidates
         self.pool = NGramPool(cfg.max_pool_per_key)
         self.window = JacobiWindow(cfg.window, cfg.ngram, prompt, rng_seed=len(prompt))
         self.context = ContextIndex() if cfg.context_ngrams else None
@@ -86,14 +87,14 @@ class LookaheadProposer:
 
     def propose(self, context: Sequence[int], budget: int) -> Draft:
         tree = CandidateTree()
-        length = min(self.length, budget)
+        length, copied = min(self.length, budget), min(self.context_length, budget)
         if length > 0 and self.cfg.guesses > 0:
             g = self.cfg.guesses
             lists: dict[str, list[tuple[int, ...]]] = {}
             if self.context is not None:
-                lists["context"] = self.context.lookup(context, length, g)
+                lists["context"] = self.context.lookup(context, copied, g)
             if self.cache is not None:
-                lists["cache"] = self.cache.lookup(context, length, g)
+                lists["cache"] = self.cache.lookup(context, copied, g)
             lists["jacobi"] = [cont[:length] for cont in self.pool.get(context[-1], g)]
             for source, cont in self.scores.select(lists, g):
                 tree.add(cont, source)

@@ -28,6 +28,8 @@ def register(sub: Any) -> None:
     p.add_argument("--window", "-W", type=int, default=d.window, help=f"lookahead window W (default {d.window})")
     p.add_argument("--ngram", "-N", type=int, default=d.ngram, help=f"n-gram size N (default {d.ngram})")
     p.add_argument("--guesses", "-G", type=int, default=d.guesses, help=f"verified n-grams per step G (default {d.guesses})")
+    p.add_argument("--context-tokens", type=int, default=d.context_tokens, metavar="T",
+                   help="lookahead: longest prompt/context or cached candidate, in tokens (default N-1)")
     sp = SpeculativeConfig()
     p.add_argument("--draft", default=sp.draft, metavar="MODEL_OR_self:L",
                    help="speculative: a draft model sharing the tokenizer (name or path), or self:L for the target's "
@@ -76,7 +78,8 @@ def _payload(r: GenerationResult) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     # Validate everything cheap before loading the model.
     prompt = _read_prompt(args)
-    la = LookaheadConfig(window=args.window, ngram=args.ngram, guesses=args.guesses)
+    la = LookaheadConfig(window=args.window, ngram=args.ngram, guesses=args.guesses,
+                         context_tokens=args.context_tokens)
     sampling = SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
     lookup = PromptLookupConfig(min_ngram=args.lookup_min_ngram, max_ngram=args.lookup_max_ngram,
                                 num_tokens=args.lookup_tokens, max_candidates=args.lookup_candidates)

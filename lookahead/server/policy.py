@@ -50,7 +50,7 @@ STRATEGY_BLOCK: dict[str, str] = {  # strategies not listed take no parameters
     "speculative": "speculative",
 }
 _DECISION_KEYS = ("strategy", *_BLOCKS)
-_WRITTEN_IF_CHANGED = {"context_ngrams", "max_pool_per_key"}  # advanced knobs, written only when not default
+_WRITTEN_IF_CHANGED = {"context_ngrams", "max_pool_per_key", "context_tokens"}  # advanced knobs, written only when not default
 
 
 class PolicyError(ConfigError):

@@ -28,6 +28,11 @@ def test_lookahead_shape_in_short_and_long_keys() -> None:
     long = parse_strategy("lookahead_jacobi/window=4/ngram=5/guesses=2", KNOWN)
     assert short.lookahead_or(RUN_SHAPE) == long.lookahead_or(RUN_SHAPE) == LookaheadConfig(window=4, ngram=5, guesses=2)
     assert parse_strategy("lookahead/G=0", KNOWN).lookahead_or(RUN_SHAPE) == LookaheadConfig(window=3, ngram=4, guesses=0)
+    # context_tokens lengthens context/cache candidates only; the policy entry carries it (a non-default knob)
+    longer = parse_strategy("lookahead/context_tokens=8/cache", KNOWN)
+    assert longer.lookahead_or(RUN_SHAPE) == LookaheadConfig(window=3, ngram=4, guesses=5, context_tokens=8)
+    assert decision("lookahead/context_tokens=8/cache", RUN_SHAPE)["lookahead"] == {
+        "window": 3, "ngram": 4, "guesses": 5, "context_tokens": 8}
 
 
 def test_cache_flag_on_lookahead_and_prompt_lookup_only() -> None:

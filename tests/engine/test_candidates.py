@@ -14,8 +14,9 @@ import pytest
 from lookahead.candidates.ngram_cache import NGramCache, NGramCacheConfig, NGramCaches
 from lookahead.candidates.prompt_lookup import PromptLookupProposer
 from lookahead.candidates.ranking import SourceScores
-from lookahead.config import PromptLookupConfig
-from lookahead.engine.draft import StepOutcome
+from lookahead.candidates.lookahead import LookaheadProposer
+from lookahead.config import LookaheadConfig, PromptLookupConfig
+from lookahead.engine.draft import CandidateTree, StepOutcome
 from lookahead.errors import ConfigError
 
 
@@ -23,7 +24,11 @@ def lookup(context: list[int], **cfg: int) -> list[tuple[int, ...]]:
     """The candidates prompt lookup verifies for `context` (all of it already seen), leaf by leaf in
     insertion order."""
     proposer = PromptLookupProposer(PromptLookupConfig(**cfg), context)
-    tree = proposer.propose(context, budget=100).tree
+    return paths(proposer.propose(context, budget=100).tree)
+
+
+def paths(tree: CandidateTree) -> list[tuple[int, ...]]:
+    """Every root-to-leaf path of a candidate trie, leaves in insertion order."""
     paths = []
     for leaf in [i for i in range(len(tree)) if i not in set(tree.parents)]:
         path, j = [], leaf
@@ -189,6 +194,32 @@ def test_per_class_caches_are_opt_in_and_saved_together(tmp_path: Path) -> None:
     again = NGramCaches.load(tmp_path / "all.json")
     assert set(again.memory()) == {"code", "json"}
     assert again.get("code").lookup([1], 2, 4) == [(2, 3)]  # type: ignore[union-attr]
+
+
+# --- lookahead's hybrid pool: copied candidates may be longer than a Jacobi n-gram ---------------------
+
+def test_context_candidates_take_context_tokens_jacobi_ones_stay_n_minus_1() -> None:
+    # context 1 2 3 4 5 6 7 8 9 1 2 3: the suffix (1 2 3) occurred at the start, followed by 4 5 6 7 8 9.
+    context = [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3]
+    # N=4: by default a candidate is N-1 = 3 tokens, copied or minted
+    assert paths(LookaheadProposer(LookaheadConfig(2, 4, 1), context).propose(context, 100).tree) == [(4, 5, 6)]
+    # context_tokens=5: the copied span runs on to 5 tokens ...
+    longer = LookaheadProposer(LookaheadConfig(2, 4, 1, context_tokens=5), context)
+    assert paths(longer.propose(context, 100).tree) == [(4, 5, 6, 7, 8)]
+    # ... but never past the budget (tokens left to generate)
+    assert paths(longer.propose(context, 2).tree) == [(4, 5)]
+    # a Jacobi n-gram keyed by the last token (3) keeps its N-1 tokens
+    longer.pool.add(3, (7, 7, 7))
+    longer.context = None
+    assert paths(longer.propose(context, 100).tree) == [(7, 7, 7)]
+
+
+def test_context_tokens_is_validated_and_counted_in_the_step_bound() -> None:
+    with pytest.raises(ConfigError, match="context_tokens must be an integer >= 1"):
+        LookaheadConfig(context_tokens=0)
+    # 1 + W*(N-1) + G*max(N-1, context_tokens) = 1 + 2*3 + 4*8
+    assert LookaheadConfig(2, 4, 4, context_tokens=8).query_tokens == 39
+    assert LookaheadConfig(2, 4, 4, context_tokens=2).query_tokens == 1 + 6 + 12
 
 
 # --- sources competing for slots ---------------------------------------------------------------------

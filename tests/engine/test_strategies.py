@@ -40,6 +40,7 @@ def variants(lm: LoadedModel) -> list[tuple[str, dict[str, object]]]:
         draft = {"draft": lm, "speculative": SpeculativeConfig(draft_tokens=3)}
     out: list[tuple[str, dict[str, object]]] = [
         ("lookahead", {"lookahead": LookaheadConfig(3, 4, 4)}),
+        ("lookahead", {"lookahead": LookaheadConfig(2, 3, 3, context_tokens=6)}),  # long copied candidates
         ("lookahead_jacobi", {"lookahead": LookaheadConfig(3, 3, 3)}),
         ("prompt_lookup", {"prompt_lookup": PromptLookupConfig(min_ngram=2, max_ngram=4, num_tokens=3, max_candidates=2)}),
         ("speculative", draft),

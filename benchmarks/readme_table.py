@@ -1,6 +1,7 @@
 """Print the per-class markdown table of a `lookahead bench` summary.json (for README and notes).
 
     python benchmarks/readme_table.py docs/results/bench-smollm2/summary.json [--strategy lookahead]
+    python benchmarks/readme_table.py docs/results/decision-smollm2/summary.json --decision
 """
 
 from __future__ import annotations
@@ -17,8 +18,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("summary", type=Path)
     p.add_argument("--strategy", default="lookahead", help="the row to compare with autoregressive")
+    p.add_argument("--decision", action="store_true", help="print the decision table of a multi-strategy run")
     args = p.parse_args(argv)
     s = json.loads(args.summary.read_text())
+    if args.decision:
+        return decision(s)
     policy_path = args.summary.with_name("policy.json")
     policy = json.loads(policy_path.read_text()) if policy_path.exists() else {"classes": {}}
     print(f"| class | n | new tokens (median) | tokens/step | acceptance | speedup (median, 95% CI) | target "
@@ -43,6 +47,24 @@ def main(argv: list[str] | None = None) -> int:
     if mix.get("policy_saved_pct") is not None:
         print(f"\nBlended under {mix.get('source')}: policy saves {mix['policy_saved_pct']:.1f}% of device cost "
               f"per request against autoregressive everywhere.")
+    return 0
+
+
+def decision(s: dict) -> int:
+    """Markdown versions of the report's decision table and head-to-head table."""
+    from lookahead.bench.compare import decision_rows, versus_rows
+
+    doc = s.get("decision")
+    if not doc:
+        print("this summary has no decision table (it measured fewer than two strategies besides autoregressive)",
+              file=sys.stderr)
+        return 1
+    for header, rows in (decision_rows(doc), versus_rows(doc)):
+        print("| " + " | ".join(header) + " |")
+        print("|" + "---|" * len(header))
+        for r in rows:
+            print("| " + " | ".join(r) + " |")
+        print()
     return 0
 
 

@@ -49,18 +49,18 @@ class LookaheadConfig:
             raise ConfigError(f"context_tokens must be an integer >= 1 (or None for N-1), got {self.context_tokens!r}")
         if self.query_tokens > 512:
             raise ConfigError(
-                f"W={self.window}, N={self.ngram}, G={self.guesses} puts "
+                f"W={self.window}, N={self.ngram}, G={self.guesses}, context_tokens={self.context_tokens} puts "
                 f"{self.query_tokens} tokens in one step; keep it under 512"
             )
 
     @property
     def candidate_tokens(self) -> int:
-        """Longest verified candidate: max(N-1, context_tokens)."""
-        return max(self.ngram - 1, self.context_tokens or 0)
+        """Longest verified candidate: max(N-1, context_tokens), or N-1 for the Jacobi-only pool."""
+        return max(self.ngram - 1, self.context_tokens or 0) if self.context_ngrams else self.ngram - 1
 
     @property
     def query_tokens(self) -> int:
-        """Upper bound on query tokens per step: 1 + W*(N-1) + G*max(N-1, context_tokens)."""
+        """Upper bound on query tokens per step: 1 + W*(N-1) + G*candidate_tokens."""
         return 1 + self.window * (self.ngram - 1) + self.guesses * self.candidate_tokens
 
 

@@ -11,7 +11,8 @@ interval (stats.head_to_head).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from lookahead.bench.config import BASELINE
@@ -27,19 +28,25 @@ def primary_strategy(strategies: Sequence[str]) -> str:
 def decision_table(records: Records, classes: Mapping[str, Any], strategies: Sequence[str], *,
                    resamples: int) -> dict[str, Any] | None:
     """summary.json's "decision" entry, or None when fewer than two strategies compete with autoregressive."""
-    rivals = [s for s in strategies if s != BASELINE]
+    measured = {s for _, s in records}
+    rivals = [s for s in strategies if s != BASELINE and s in measured]
     if len(rivals) < 2:
         return None
-    primary = primary_strategy(strategies)
-    out: dict[str, Any] = {"primary": primary, "strategies": list(strategies), "classes": {}}
+    primary = primary_strategy(rivals)
+    out: dict[str, Any] = {"primary": primary, "strategies": [BASELINE, *rivals], "classes": {}}
     for cls, entry in classes.items():
         table = entry["strategies"]
-        # Speedup over autoregressive (the baseline is 1 by definition); strategies with an output that
-        # differs from autoregressive decoding are listed but can be neither fastest nor cheapest.
+        # Speedup over autoregressive (the baseline is 1 by definition). A strategy can be fastest or
+        # cheapest only if every one of its outputs was checked against autoregressive decoding and
+        # matched (transformers' sampled reference rows are unchecked, so they never qualify).
         speedup = {s: (1.0 if s == BASELINE else table[s]["speedup_vs_ar"]["median"])
-                   for s in strategies if s in table and (s == BASELINE or table[s].get("speedup_vs_ar"))}
-        lossless = [s for s in speedup if table[s]["mismatches"] == 0]
-        device = {s: table[s]["device_s_per_request"] for s in speedup}
+                   for s in out["strategies"] if s in table and (s == BASELINE or table[s].get("speedup_vs_ar"))}
+        lossless = [s for s in speedup if s == BASELINE or _all_checked_identical(records[(cls, s)].values())]
+        # Device-seconds per request over the requests every listed strategy measured, so that the
+        # cheapest is chosen on equal work.
+        common = set.intersection(*(set(records[(cls, s)]) for s in speedup)) if speedup else set()
+        device = {s: statistics.fmean(r["device_s"] for i, r in records[(cls, s)].items() if i in common or not common)
+                  for s in speedup}
         versus = {}
         for rival in rivals:
             if rival == primary:
@@ -55,6 +62,10 @@ def decision_table(records: Records, classes: Mapping[str, Any], strategies: Seq
             "primary_vs": versus,
         }
     return out
+
+
+def _all_checked_identical(recs: Iterable[Mapping[str, Any]]) -> bool:
+    return all(r["checked"] == r["repeats"] and r["mismatches"] == 0 for r in recs)
 
 
 def _interval(h: Mapping[str, Any]) -> str:

@@ -3,7 +3,7 @@ parameters after slashes, so one run can compare shapes of the same strategy sid
 
     autoregressive                    the baseline (no parameters)
     lookahead                         hybrid pool, with the run's --lookahead W,N,G
-    lookahead/W=4/N=4/G=2             its own shape (also window=, ngram=, guesses=)
+    lookahead/W=4/N=4/G=2             its own shape (also window=, ngram=, guesses=, context_tokens=)
     lookahead/cache                   plus a cross-request n-gram cache per request class
     lookahead_jacobi                  Jacobi n-grams only (the original algorithm's pool)
     prompt_lookup/max_ngram=4/num_tokens=10/max_candidates=2/cache
@@ -51,7 +51,7 @@ class StrategySpec:
     ngram_cache: bool = False
 
     def lookahead_or(self, default: LookaheadConfig) -> LookaheadConfig:
-        """The run's shape with this label's own W/N/G, if any."""
+        """The run's shape with this label's own W/N/G (and context_tokens), if any."""
         return dataclasses.replace(default, **dict(self.lookahead_overrides)) if self.lookahead_overrides else default
 
     def decision(self, default_lookahead: LookaheadConfig) -> Decision:

@@ -134,7 +134,8 @@ def _run_loaded(args: argparse.Namespace, loaded: Any, prompt: str, common: dict
 
 def _describe(args: argparse.Namespace, strategy: str) -> str:
     if strategy in ("lookahead", "lookahead_jacobi"):
-        return f"{strategy} W={args.window} N={args.ngram} G={args.guesses}"
+        tail = f" context_tokens={args.context_tokens}" if args.context_tokens else ""
+        return f"{strategy} W={args.window} N={args.ngram} G={args.guesses}{tail}"
     if strategy == "prompt_lookup":
         return (f"{strategy} ngram {args.lookup_min_ngram}..{args.lookup_max_ngram}, {args.lookup_tokens} tokens, "
                 f"{args.lookup_candidates} candidates")

@@ -286,8 +286,10 @@ def _block(params: Any, kind: type, source: str, where: str) -> Any:
         raise PolicyError(f"{source}: {where}: must be a mapping like {{{names[0]!r}: ...}}")
     _no_unknown_keys(params, names, source, where)
     for key, v in params.items():
-        expected = type(getattr(defaults, key))
+        default = getattr(defaults, key)
+        expected = int if default is None else type(default)  # optional knobs (context_tokens) are integers
         ok = isinstance(v, bool) if expected is bool else isinstance(v, expected) and not isinstance(v, bool)
+        ok = ok or (default is None and v is None)
         if not ok:
             kind_name = {bool: "true or false", int: "an integer", str: "a string"}.get(expected, expected.__name__)
             raise PolicyError(f"{source}: {where}.{key}: must be {kind_name}, got {v!r}")

@@ -120,7 +120,7 @@ def choose_strategy(body: CommonFields, request_class: str | None, max_tokens: i
         return decision
     if opts.enabled is False:
         return Decision("autoregressive")
-    if opts.enabled is None and opts.window is None and opts.ngram is None and opts.guesses is None:
+    if opts.enabled is None and all(v is None for v in (opts.window, opts.ngram, opts.guesses, opts.context_tokens)):
         return decision
     if decision.lookahead is None:  # the policy chose another strategy; the request asks for lookahead
         decision = Decision("lookahead")
@@ -131,6 +131,7 @@ def choose_strategy(body: CommonFields, request_class: str | None, max_tokens: i
             window=base.window if opts.window is None else opts.window,
             ngram=base.ngram if opts.ngram is None else opts.ngram,
             guesses=base.guesses if opts.guesses is None else opts.guesses,
+            context_tokens=base.context_tokens if opts.context_tokens is None else opts.context_tokens,
         )
     except ConfigError as exc:
         raise bad_request(str(exc), param="lookahead", code="invalid_value") from None

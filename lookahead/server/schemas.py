@@ -20,13 +20,15 @@ Text = Annotated[str, Field(max_length=_MAX_TEXT)]
 
 
 class LookaheadOptions(BaseModel):
-    """Our extension: `"lookahead": {"enabled": bool, "window": W, "ngram": N, "guesses": G}`."""
+    """Our extension: `"lookahead": {"enabled": bool, "window": W, "ngram": N, "guesses": G,
+    "context_tokens": T}`."""
 
     model_config = _STRICT
     enabled: bool | None = None
     window: Annotated[int, Field(ge=1, le=64)] | None = None
     ngram: Annotated[int, Field(ge=2, le=16)] | None = None
     guesses: Annotated[int, Field(ge=0, le=64)] | None = None
+    context_tokens: Annotated[int, Field(ge=1, le=64)] | None = None
 
 
 class StreamOptions(BaseModel):

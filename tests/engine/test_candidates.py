@@ -208,10 +208,11 @@ def test_context_candidates_take_context_tokens_jacobi_ones_stay_n_minus_1() -> 
     assert paths(longer.propose(context, 100).tree) == [(4, 5, 6, 7, 8)]
     # ... but never past the budget (tokens left to generate)
     assert paths(longer.propose(context, 2).tree) == [(4, 5)]
-    # a Jacobi n-gram keyed by the last token (3) keeps its N-1 tokens
-    longer.pool.add(3, (7, 7, 7))
-    longer.context = None
-    assert paths(longer.propose(context, 100).tree) == [(7, 7, 7)]
+    # Jacobi n-grams keyed by the last token (3) are cut to N-1 tokens, even where the pool holds more
+    # and the context's candidate runs to 5: both compete for G=2 slots, each at its own length
+    both = LookaheadProposer(LookaheadConfig(2, 4, 2, context_tokens=5), context)
+    both.pool.add(3, (7, 7, 7, 7, 7))
+    assert sorted(paths(both.propose(context, 100).tree)) == [(4, 5, 6, 7, 8), (7, 7, 7)]
 
 
 def test_context_tokens_is_validated_and_counted_in_the_step_bound() -> None:

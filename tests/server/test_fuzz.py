@@ -56,6 +56,8 @@ def fuzz(operation: Any, mode: GenerationMode, url: str, failures: list[str]) ->
     def run(case: Any, served_model: bool) -> None:
         if served_model and isinstance(case.body, dict) and "model" in case.body:
             case.body["model"] = MODEL  # half the time, get past the model check to the engine
+            if "prompt" in case.body:  # ... and past the prompt check: generated batches are refused
+                case.body["prompt"] = "Say hi."
         response = case.call(base_url=url, timeout=30)
         statuses.add(response.status_code)
         if response.status_code >= 500:

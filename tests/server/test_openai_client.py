@@ -87,11 +87,14 @@ def test_seeded_sampling_is_reproducible_and_lossless(live: Live) -> None:
     b = chat(client, **args).choices[0].message.content
     ar = chat(client, **args, extra_body={"lookahead": {"enabled": False}})
     la = chat(client, **args, extra_body={"lookahead": {"window": 3, "ngram": 3, "guesses": 2}})
+    long_copies = chat(client, **args, extra_body={"lookahead": {"context_tokens": 6}})
     other = chat(client, **{**args, "seed": 99}).choices[0].message.content
     assert a == b
     assert ar.usage.model_extra["lookahead"]["strategy"] == "autoregressive"
     assert la.usage.model_extra["lookahead"]["strategy"] == "lookahead"
     assert ar.choices[0].message.content == a == la.choices[0].message.content
+    assert long_copies.choices[0].message.content == a
+    assert long_copies.usage.model_extra["lookahead"]["strategy"] == "lookahead"
     assert other != a  # the seed is really used
 
 

@@ -17,7 +17,7 @@ EXAMPLE: dict[str, Any] = {
     "version": 1,
     "default": {"strategy": "lookahead", "lookahead": {"window": 4, "ngram": 4, "guesses": 4}},
     "classes": {
-        "code": {"strategy": "lookahead", "lookahead": {"window": 8, "ngram": 5, "guesses": 6}},
+        "code": {"strategy": "lookahead", "lookahead": {"window": 8, "ngram": 5, "guesses": 6, "context_tokens": 8}},
         "chat": {"strategy": "autoregressive"},
         "extract": {
             "strategy": "prompt_lookup",
@@ -41,11 +41,11 @@ EXAMPLE: dict[str, Any] = {
 def test_resolution_order_rules_then_class_then_default() -> None:
     policy = Policy.from_dict(EXAMPLE)
     assert policy.choose(None, 100) == ("lookahead", LookaheadConfig(4, 4, 4))
-    assert policy.choose("code", 100) == ("lookahead", LookaheadConfig(8, 5, 6))
+    assert policy.choose("code", 100) == ("lookahead", LookaheadConfig(8, 5, 6, context_tokens=8))
     assert policy.choose("chat", 100) == ("autoregressive", None)
     assert policy.choose("unknown", 100) == ("lookahead", LookaheadConfig(4, 4, 4))
     assert policy.choose("code", 31) == ("autoregressive", None)  # first rule wins over the class
-    assert policy.choose("code", 32) == ("lookahead", LookaheadConfig(8, 5, 6))
+    assert policy.choose("code", 32) == ("lookahead", LookaheadConfig(8, 5, 6, context_tokens=8))
     assert policy.choose("sql", 600) == ("lookahead", LookaheadConfig(2, 3, 1))
     assert policy.choose("chat", 600) == ("autoregressive", None)
     assert policy.choose("paper", 100) == ("lookahead_jacobi", LookaheadConfig(5, 3, 2))
@@ -109,6 +109,8 @@ MALFORMED: list[tuple[Any, str]] = [
     (broken(classes__code__lookahead={"window": "8"}), "classes.code.lookahead.window: must be an integer"),
     (broken(classes__code__lookahead={"window": True}), "must be an integer"),
     (broken(classes__code__lookahead={"width": 8}), "classes.code.lookahead: unknown key 'width'"),
+    (broken(classes__code__lookahead={"context_tokens": "8"}), "classes.code.lookahead.context_tokens: must be an integer"),
+    (broken(classes__code__lookahead={"context_tokens": 0}), "context_tokens must be an integer >= 1"),
     (broken(classes__code__lookahead={"window": 100, "ngram": 8, "guesses": 100}), "512"),
     (broken(classes=[]), "'classes' must be a mapping"),
     (broken(classes={"": {"strategy": "autoregressive"}}), "non-empty strings"),

@@ -169,4 +169,5 @@ def test_auth_on(tiny: Any) -> None:
 
 
 def test_auth_off_accepts_any_key(live: Live) -> None:
-    assert chat(live.openai(api_key="anything"), max_tokens=2).usage.completion_tokens == 2
+    # greedy: with the default temperature 1 and no seed, the tiny model may sample its EOS token first
+    assert chat(live.openai(api_key="anything"), max_tokens=2, temperature=0).usage.completion_tokens == 2

@@ -21,6 +21,7 @@ TINY = ["--model", "tiny:llama"]
     (["generate", "hi", *TINY, "--window", "0"], "window"),
     (["generate", "hi", *TINY, "--ngram", "1"], "ngram"),
     (["generate", "hi", *TINY, "--guesses", "-1"], "guesses"),
+    (["generate", "hi", *TINY, "--context-tokens", "0"], "context_tokens"),
     (["generate", "hi", *TINY, "--top-p", "0"], "top_p"),
     (["generate", "hi", *TINY, "--top-p", "1.5"], "top_p"),
     (["generate", "hi", *TINY, "--temperature", "-0.1"], "temperature"),

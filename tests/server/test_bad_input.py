@@ -80,6 +80,8 @@ CHAT_CASES: list[tuple[str, Any, int, str]] = [
     ("max_tokens disagree", chat_with(max_tokens=4, max_completion_tokens=5), 400, "disagree"),
     ("lookahead window zero", chat_with(lookahead={"window": 0}), 400, "window"),
     ("lookahead unknown key", chat_with(lookahead={"depth": 3}), 400, "depth"),
+    ("lookahead context_tokens zero", chat_with(lookahead={"context_tokens": 0}), 400, "context_tokens"),
+    ("lookahead context_tokens too big", chat_with(lookahead={"guesses": 16, "context_tokens": 64}), 400, "512"),
     ("lookahead too big", chat_with(lookahead={"window": 64, "ngram": 16, "guesses": 64}), 400, "512"),
     ("metadata class invalid", chat_with(metadata={"request_class": "no spaces allowed"}), 400, "request class"),
     ("metadata not strings", chat_with(metadata={"request_class": 3}), 400, "metadata"),

@@ -23,11 +23,19 @@ $(STAMP): pyproject.toml Makefile
 demo: setup
 	$(BIN)/lookahead generate --compare "$(DEMO_PROMPT)"
 
-# The report test renders HTML in headless Chromium (Debian packages); installed when apt-get is usable.
+# The report test renders HTML in headless Chromium (Debian packages chromium, chromium-driver). It never
+# skips, so this step installs them (apt-get, as root or through sudo) and fails loudly where it cannot.
 browser:
-	@command -v chromium >/dev/null 2>&1 || { command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
-		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; } ; } || \
-		echo "note: chromium not installed; the report-rendering test will be skipped"
+	@{ command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; } && \
+		command -v chromedriver >/dev/null 2>&1 && exit 0; \
+	command -v apt-get >/dev/null 2>&1 || { echo "error: chromium/chromedriver are missing and apt-get is not \
+	available: install Chromium and its driver by hand (tests/bench/test_report_html.py needs them)" >&2; exit 1; }; \
+	SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	{ $$SUDO apt-get update -qq && \
+		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; } || \
+		{ echo "error: 'apt-get install chromium chromium-driver' failed (see above); the report test needs them" >&2; \
+		exit 1; }; \
+	command -v chromedriver >/dev/null 2>&1 || { echo "error: chromedriver still missing after apt-get" >&2; exit 1; }
 
 test: setup browser
 	$(BIN)/python -m pytest -q -p no:cacheprovider

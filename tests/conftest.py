@@ -13,3 +13,34 @@ settings.load_profile("lookahead")
 def pytest_collection_modifyitems(config, items):
     # Run the slow real-model tests last so a quick failure elsewhere shows first.
     items.sort(key=lambda item: item.get_closest_marker("real_model") is not None)
+
+
+# No test may skip: a skip hides a missing dependency (a browser, a package, the network) as a pass.
+# Any skipped test or module fails the run, after the usual summary, with one line naming them.
+_SKIPPED: list[str] = []
+
+
+def _note_skip(report: pytest.CollectReport | pytest.TestReport) -> None:
+    if report.skipped and not hasattr(report, "wasxfail"):
+        _SKIPPED.append(report.nodeid or str(report.fspath))
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    _note_skip(report)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _note_skip(report)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _SKIPPED and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:  # noqa: ANN001
+    if _SKIPPED:
+        terminalreporter.write_line(
+            f"error: {len(_SKIPPED)} skipped (no test may skip; install what they need): {', '.join(_SKIPPED)}",
+            red=True,
+        )

@@ -133,10 +133,8 @@ def test_bad_workload_line_is_reported(tmp_path: Path, tiny_model_dir: Path) -> 
 
 
 def test_wired_into_the_main_cli(tmp_path: Path) -> None:
-    try:
-        from lookahead.cli.main import main
-    except ImportError:
-        pytest.skip("lookahead.cli.main is not in this checkout")
+    from lookahead.cli.main import main
+
     wl = write_workload(tmp_path / "w.jsonl", SMALL)
     assert main(["workloads", "check", str(wl)]) == 0
     with pytest.raises(SystemExit) as exc:

@@ -1,7 +1,7 @@
 """report.html in headless Chromium: no console errors, every plot decoded, the first screen not blank.
 
-Needs the Debian packages chromium and chromium-driver (CI installs them) and selenium (test extra).
-Skipped only when the chromium binaries are absent.
+Needs the Debian packages chromium and chromium-driver (`make browser`, part of `make test`, installs
+them) and selenium (test extra). Never skipped: without the binaries the test fails and says what to install.
 """
 
 from __future__ import annotations
@@ -15,12 +15,13 @@ import pytest
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DRIVER = shutil.which("chromedriver")
 
-pytestmark = pytest.mark.skipif(not (CHROMIUM and DRIVER),
-                                reason="chromium / chromedriver not installed (apt-get install chromium chromium-driver)")
 
 
 @pytest.fixture()
 def browser(tmp_path: Path):
+    if not (CHROMIUM and DRIVER):
+        pytest.fail("chromium / chromedriver not installed: run `make browser` "
+                    "(apt-get install chromium chromium-driver)", pytrace=False)
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 

@@ -10,6 +10,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import schemathesis  # a declared test dependency (the test extra): a broken install must fail, not skip
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.errors import Unsatisfiable
+from schemathesis.generation import GenerationMode
 
 import lookahead
 from lookahead.server import ServerConfig
@@ -17,14 +22,6 @@ from lookahead.server import ServerConfig
 from .live import Live, serve
 
 MODEL = "tiny-llama"
-
-schemathesis = pytest.importorskip(
-    "schemathesis", reason="schemathesis is in the test extras: pip install -e '.[test]'"
-)
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from hypothesis.errors import Unsatisfiable
-from schemathesis.generation import GenerationMode
 
 EXAMPLES = {GenerationMode.POSITIVE: 60, GenerationMode.NEGATIVE: 60}  # per POST operation; GETs get 10
 

@@ -80,7 +80,10 @@ def test_self_draft_with_every_layer_is_the_target(arch: str) -> None:
     # The wrapper runs the layers the way the model's own forward does: with all of them, same logits.
     lm = model64(arch)
     full = SelfDraft(lm.model, lm.model.config.num_hidden_layers)
-    assert sum(p.numel() for p in full.parameters()) <= sum(p.numel() for p in lm.model.parameters())  # no copies
+    # No copies: every weight and buffer of the wrapper lives in the target's own storage.
+    target = {t.untyped_storage().data_ptr() for t in [*lm.model.parameters(), *lm.model.buffers()]}
+    shared = [t.untyped_storage().data_ptr() in target for t in [*full.parameters(), *full.buffers()]]
+    assert shared and all(shared)
     ids = torch.tensor(lm.encode("the quick brown fox", raw=True))
     chooser = TokenChooser(GREEDY, lm.model.get_output_embeddings().weight.shape[0])
     n = ids.numel()

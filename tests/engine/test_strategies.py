@@ -111,10 +111,10 @@ def test_draft_that_is_always_wrong_accepts_nothing() -> None:
     assert r.token_ids == ar.token_ids
     assert r.stats.guesses_accepted == 0 and r.stats.tokens_per_step == 1.0
     # k = 4 tokens drafted every step, fewer once the budget runs short: after i tokens, 29 - i more
-    # are worth drafting; 26 steps x 4 + 3 + 2 + 1 + 0 = 110. The step's gate may skip verifying
-    # some of them (it learns that the draft misses), never more than were drafted.
+    # are worth drafting; 26 steps x 4 + 3 + 2 + 1 + 0 = 110. A draft model's tokens are never gated
+    # (generation.py: the gate is off for "speculative"), so every drafted token is verified.
     assert r.stats.draft_steps == sum(min(4, 29 - i) for i in range(30)) == 110
-    assert 0 < r.stats.guesses_verified <= 110
+    assert r.stats.guesses_verified == 110
 
 
 @pytest.mark.parametrize("sampling", [SamplingConfig(), SamplingConfig(temperature=0.9, seed=1)])

@@ -41,6 +41,8 @@ class JobSpec:
     sampling: SamplingConfig
     stop: tuple[str, ...]
     label: str  # the request class as a metrics label
+    draft: Any = None  # the policy's preloaded draft model (LoadedModel) for a speculative decision
+    ngram_cache: bool = True  # may use its class's n-gram cache (False: its API key is not bound to the class)
 
     @property
     def strategy(self) -> str:
@@ -94,13 +96,15 @@ class Job:
         self.timeout_s = timeout_s
         self.deadline = self.arrived + timeout_s
         self._cancel = threading.Event()
+        self._cancel_lock = threading.Lock()
         self.cancel_reason = "cancelled"
 
     def cancel(self, reason: str) -> None:
         """Ask the worker to stop this job (thread-safe; the first reason given is kept)."""
-        if not self._cancel.is_set():
-            self.cancel_reason = reason
-            self._cancel.set()
+        with self._cancel_lock:
+            if not self._cancel.is_set():
+                self.cancel_reason = reason
+                self._cancel.set()
 
     @property
     def cancelled(self) -> bool:
@@ -125,7 +129,12 @@ class Job:
 
 
 class ModelWorker:
-    """Runs jobs one at a time on a dedicated thread."""
+    """Runs jobs one at a time on a dedicated thread.
+
+    Shutdown is race-free: `_admit` guards both "check _stopping, then queue" (submit) and "dequeue,
+    then mark current" (the worker), and cancel_all() sets _stopping and drains under the same lock,
+    so every job is either refused, drained, found as the current one, or seen as cancelled by the
+    worker before its first step."""
 
     def __init__(
         self,
@@ -135,8 +144,11 @@ class ModelWorker:
         max_queue: int,
         stream_fn: StreamFn | None = None,
         ngram_caches: NGramCaches | None = None,
+        adaptive: bool = True,
     ) -> None:
         self._loaded = loaded
+        self._adaptive = adaptive
+        self._admit = threading.Lock()
         self._metrics = metrics
         self._caches = ngram_caches  # per class label; only this thread writes them
         self._stream: StreamFn = stream_fn if stream_fn is not None else _engine_stream()
@@ -170,11 +182,13 @@ class ModelWorker:
             self._thread.start()
 
     def submit(self, job: Job) -> None:
-        """Queue a job, or raise a 429 APIError with Retry-After at once when the queue is full."""
-        if self._stopping.is_set():
-            raise shutdown_error()
+        """Queue a job, or raise a 429 APIError with Retry-After at once when the queue is full
+        (a 503 once shutdown has begun)."""
         try:
-            self._queue.put_nowait(job)
+            with self._admit:
+                if self._stopping.is_set():
+                    raise shutdown_error()
+                self._queue.put_nowait(job)
         except queue.Full:
             wait = self.retry_after_s()
             raise APIError(
@@ -188,16 +202,25 @@ class ModelWorker:
 
     def cancel_all(self) -> None:
         """Refuse new jobs; end queued ones and the running one with a 503 'shutting down' error."""
-        self._stopping.set()
+        self._stopping.set()  # before the lock: a submit that has not checked yet refuses at once
+        with self._admit:
+            self._drain()
+
+    def _drain(self) -> None:
+        sentinel = False
         while True:
             try:
                 job = self._queue.get_nowait()
             except queue.Empty:
                 break
-            if job is not None:
+            if job is None:
+                sentinel = True  # stop() already asked the thread to end: keep that request
+            else:
                 job.cancel("shutdown")
                 self._metrics.requests.labels(job.spec.label, job.spec.strategy, "shutdown").inc()
                 job.push(JobEnd(error=shutdown_error()))
+        if sentinel:
+            self._queue.put_nowait(None)
         current = self._current
         if current is not None:
             current.cancel("shutdown")
@@ -218,7 +241,10 @@ class ModelWorker:
             job = self._queue.get()
             if job is None:
                 return
-            self._current = job
+            with self._admit:
+                if self._stopping.is_set():  # shutdown began after the dequeue: never run it
+                    job.cancel("shutdown")
+                self._current = job
             try:
                 self._run(job)
             except Exception:  # never let one request kill the worker
@@ -239,8 +265,10 @@ class ModelWorker:
         started = time.monotonic()
         tokens, result, error, status = 0, None, None, "ok"
         events = None
-        cache = self._caches.get(spec.label) if self._caches is not None else None
+        cache = self._caches.get(spec.label) if self._caches is not None and spec.ngram_cache else None
         extra: dict[str, Any] = {} if cache is None else {"ngram_cache": cache}
+        if spec.draft is not None:
+            extra["draft"] = spec.draft
         try:
             events = self._stream(
                 self._loaded,
@@ -249,6 +277,7 @@ class ModelWorker:
                 strategy=spec.strategy,
                 sampling=spec.sampling,
                 stop=list(spec.stop),
+                adaptive=self._adaptive,
                 **spec.decision.engine_kwargs(),
                 **extra,
             )

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -30,6 +29,7 @@ from lookahead.server.prepare import (
 )
 from lookahead.server.responses import Completion, sse
 from lookahead.server.schemas import ChatCompletionRequest, CommonFields, CompletionRequest
+from lookahead.server.startup import load_policy_drafts, public_policy
 from lookahead.server.worker import Job, JobEnd, ModelWorker, StreamFn, timeout_error
 
 RequestClassHeader = Annotated[
@@ -50,9 +50,28 @@ def ngram_caches_of(config: ServerConfig) -> NGramCaches | None:
     return caches
 
 
-def create_app(loaded: Any, config: ServerConfig, *, stream_fn: StreamFn | None = None) -> FastAPI:
-    """The server for `loaded` (a lookahead LoadedModel). `stream_fn` defaults to lookahead.stream_events."""
+def settle_tokenizer(loaded: Any) -> None:
+    """Encode once, so the fast tokenizer's truncation/padding state is what every later call wants.
+
+    No lock guards the tokenizer: request threads encode while the model worker decodes. A Rust
+    tokenizer shared by threads fails ("Already borrowed") only when one call changes its state
+    (truncation, padding) while another uses it; transformers changes that state only when a call asks
+    for different settings than the current ones. After this call, encoding (plain text, token ids and
+    chat templates, all without truncation or padding) and decoding never change it again
+    (tests/server/test_operator_controls.py checks that)."""
+    loaded.encode("settle", raw=True)
+
+
+def create_app(
+    loaded: Any, config: ServerConfig, *, stream_fn: StreamFn | None = None, drafts: dict[str, Any] | None = None
+) -> FastAPI:
+    """The server for `loaded` (a lookahead LoadedModel). `stream_fn` defaults to lookahead.stream_events.
+    `drafts`: the policy's draft models by name, as load_policy_drafts() returns them (None: load them
+    now; a ConfigError names the policy entry that cannot be served)."""
     worker: ModelWorker
+    if drafts is None:
+        drafts = load_policy_drafts(config.policy, loaded)
+    settle_tokenizer(loaded)
 
     caches = ngram_caches_of(config)
     metrics = ServerMetrics(
@@ -64,9 +83,15 @@ def create_app(loaded: Any, config: ServerConfig, *, stream_fn: StreamFn | None 
     )
     for cls in caches.classes if caches else ():
         metrics.ngram_cache(cls, caches.get(cls).memory())  # type: ignore[union-attr]
-    worker = ModelWorker(loaded, metrics, max_queue=config.max_queue, stream_fn=stream_fn, ngram_caches=caches)
+    worker = ModelWorker(
+        loaded,
+        metrics,
+        max_queue=config.max_queue,
+        stream_fn=stream_fn,
+        ngram_caches=caches,
+        adaptive=config.adaptive,
+    )
     started = int(time.time())
-    encode_lock = threading.Lock()  # HF fast tokenizers can fail ('Already borrowed') when shared by threads
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -112,10 +137,10 @@ def create_app(loaded: Any, config: ServerConfig, *, stream_fn: StreamFn | None 
         limit=config.max_body_bytes,
         on_reject=lambda scope: metrics.reject(label_of(scope), "body_too_large"),
     )
-    if config.api_key is not None:  # outermost: unauthenticated bodies are never read
+    if config.auth_enabled:  # outermost: unauthenticated bodies are never read
         app.add_middleware(
             AuthMiddleware,
-            api_key=config.api_key,
+            keys=config.key_classes(),
             on_reject=lambda scope: metrics.reject(label_of(scope), "unauthorized"),
         )
 
@@ -127,12 +152,20 @@ def create_app(loaded: Any, config: ServerConfig, *, stream_fn: StreamFn | None 
         label = metrics.class_label(request_class)
         request.state.class_label = label
 
-        def tokenize() -> list[int]:
-            with encode_lock:
-                return encode(loaded, body)
-
-        ids = await run_in_threadpool(tokenize)
-        spec = build_spec(body, ids, request_class, loaded=loaded, config=config, metrics=metrics)
+        ids = await run_in_threadpool(encode, loaded, body)
+        # With auth on, the n-gram caches a request may use are those its API key is bound to.
+        state = request.scope.get("state") or {}
+        cache_classes = state.get("cache_classes", frozenset()) if config.auth_enabled else None
+        spec = build_spec(
+            body,
+            ids,
+            request_class,
+            loaded=loaded,
+            config=config,
+            metrics=metrics,
+            drafts=drafts,
+            cache_classes=cache_classes,
+        )
         job = Job(spec, asyncio.get_running_loop(), config.request_timeout_s)
         worker.submit(job)
         return job
@@ -177,7 +210,7 @@ def create_app(loaded: Any, config: ServerConfig, *, stream_fn: StreamFn | None 
 
     @app.get("/v1/policy", summary="The decoding policy in force")
     async def policy() -> dict[str, Any]:
-        return {"object": "policy", "source": config.policy_source, "policy": config.policy.to_dict()}
+        return {"object": "policy", "source": config.policy_source, "policy": public_policy(config.policy)}
 
     @app.post("/v1/chat/completions", summary="Chat completion (OpenAI-compatible)")
     async def chat_completions(

@@ -16,12 +16,15 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from pathlib import Path
+
 from lookahead.errors import LookaheadError
-from lookahead.server.config import ServerConfig
-from lookahead.server.policy import DEFAULT_POLICY, load_policy
+from lookahead.server.config import CLIENT_OVERRIDES, ServerConfig
+from lookahead.server.policy import load_policy
+from lookahead.server.startup import TINY_PREFIX, load_api_keys, load_model, load_policy_drafts
 
 API_KEY_ENV = "LOOKAHEAD_API_KEY"
-TINY_PREFIX = "tiny:"  # test-only model names, e.g. tiny:llama (a random in-process model; see docs/server.md)
+__all__ = ["TINY_PREFIX", "add_arguments", "config_from_args", "load_model", "register", "serve_command"]
 
 
 def register(subparsers: Any) -> None:
@@ -49,7 +52,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help=f"require 'Authorization: Bearer KEY' on every endpoint but /health (default: ${API_KEY_ENV}; "
         "prefer the variable: a flag shows in the process list)",
     )
+    p.add_argument(
+        "--api-keys",
+        metavar="FILE",
+        help="several API keys, one a line: KEY [CLASS,CLASS...] binds the key to those n-gram cache classes",
+    )
     p.add_argument("--policy", metavar="FILE", help="per-class decoding policy, JSON or YAML (see docs/server.md)")
+    p.add_argument(
+        "--client-overrides",
+        choices=CLIENT_OVERRIDES,
+        default="capped",
+        help="what a request's own 'lookahead' field may do: off (refused), capped (default: at most the "
+        "policy's own query tokens per step for that request), on (up to 512)",
+    )
+    p.add_argument(
+        "--no-adaptive",
+        dest="adaptive",
+        action="store_false",
+        help="run every step's full draft (the speculation gate stays off; the tokens are the same)",
+    )
     p.add_argument(
         "--max-queue", type=int, default=16, metavar="N", help="requests that may wait for the model (default 16)"
     )
@@ -76,6 +97,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--max-body-bytes", type=int, default=2 * 1024 * 1024, metavar="B", help="request body limit (default 2 MiB)"
+    )
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=128,
+        metavar="N",
+        help="open connections beyond N get 503 at once (uvicorn's limit_concurrency; default 128)",
     )
     p.add_argument(
         "--shutdown-timeout",
@@ -107,17 +135,18 @@ def serve_command(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     with sock:
-        if config.api_key is None and not _is_loopback(config.host):
+        if not config.auth_enabled and not _is_loopback(config.host):
             print(
                 f"warning: serving on {config.host} without --api-key: anyone who can reach it can use it",
                 file=sys.stderr,
             )
         try:
             loaded = load_model(args.model, args.dtype)
+            drafts = load_policy_drafts(config.policy, loaded)
         except (LookaheadError, ValueError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        run(loaded, config, sock, log_level=args.log_level)
+        run(loaded, config, sock, log_level=args.log_level, drafts=drafts)
     return 0
 
 
@@ -133,15 +162,18 @@ def _check_cache_file(path: str) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
-    policy, source = DEFAULT_POLICY, ServerConfig.policy_source
-    if args.policy:
-        policy, source = load_policy(args.policy), os.path.abspath(args.policy)
+    policy_args: dict[str, Any] = {}
+    if args.policy:  # clients see the file's name, never the server's path to it
+        policy_args = {"policy": load_policy(args.policy), "policy_source": Path(args.policy).name}
     return ServerConfig(
         host=args.host,
         port=args.port,
         api_key=args.api_key,
-        policy=policy,
-        policy_source=source,
+        api_keys=load_api_keys(args.api_keys) if args.api_keys else (),
+        client_overrides=args.client_overrides,
+        adaptive=args.adaptive,
+        max_connections=args.max_connections,
+        **policy_args,
         max_queue=args.max_queue,
         request_timeout_s=args.request_timeout,
         price_per_hour_usd=args.price_per_hour,
@@ -151,19 +183,6 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         ngram_cache_classes=tuple(c.strip() for c in args.ngram_cache.split(",") if c.strip()),
         ngram_cache_file=args.ngram_cache_file,
     )
-
-
-def load_model(name: str | None, dtype: str) -> Any:
-    """The model to serve. `tiny:ARCH` builds the tests' random model (no download, instant)."""
-    import lookahead
-    from lookahead.models.loader import parse_dtype
-
-    torch_dtype = parse_dtype(dtype)
-    if name is not None and name.startswith(TINY_PREFIX):
-        from lookahead.testing import tiny_model
-
-        return tiny_model(name[len(TINY_PREFIX) :], dtype=torch_dtype)
-    return lookahead.load(name or lookahead.DEFAULT_MODEL, dtype=torch_dtype)
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -196,20 +215,29 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def run(loaded: Any, config: ServerConfig, sock: socket.socket, *, log_level: str = "info") -> None:
-    """Serve until SIGTERM/SIGINT; then stop accepting, let in-flight work end (bounded), return."""
+def uvicorn_config(app: Any, config: ServerConfig, *, log_level: str = "info", **extra: Any) -> Any:
+    """The uvicorn.Config `lookahead serve` runs `app` with (`extra`: e.g. host/port for tests)."""
     import uvicorn
 
-    from lookahead.server.app import create_app
-
-    app = create_app(loaded, config)
-    uv_config = uvicorn.Config(
+    return uvicorn.Config(
         app,
         log_level=log_level,
         # Our own bound (below) ends in-flight requests cleanly; uvicorn's is only a backstop.
         timeout_graceful_shutdown=math.ceil(config.shutdown_timeout_s) + 10,
+        limit_concurrency=config.max_connections,  # past it, uvicorn answers 503 without reading the request
         lifespan="on",
+        **extra,
     )
+
+
+def run(
+    loaded: Any, config: ServerConfig, sock: socket.socket, *, log_level: str = "info", drafts: dict[str, Any] | None = None
+) -> None:
+    """Serve until SIGTERM/SIGINT; then stop accepting, let in-flight work end (bounded), return."""
+    from lookahead.server.app import create_app
+
+    app = create_app(loaded, config, drafts=drafts)
+    uv_config = uvicorn_config(app, config, log_level=log_level)
     logging.getLogger("lookahead.server").setLevel(log_level.upper())
     host, port = sock.getsockname()[:2]
     print(f"lookahead: serving {loaded.name} on http://{host}:{port} (policy: {config.policy_source})", flush=True)

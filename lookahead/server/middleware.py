@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from lookahead.server.errors import error_body
@@ -42,22 +42,40 @@ def _header(scope: Scope, name: bytes) -> bytes | None:
 
 
 class AuthMiddleware:
-    """Every path but /health needs `Authorization: Bearer KEY`; otherwise 401 in OpenAI's shape."""
+    """Every path but /health needs `Authorization: Bearer KEY` with one of the keys; otherwise 401 in
+    OpenAI's shape. An accepted request carries its key's n-gram cache classes in
+    scope["state"]["cache_classes"] (a frozenset; "*" = all)."""
 
-    def __init__(self, app: ASGIApp, api_key: str, on_reject: Callable[[Scope], None] | None = None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        keys: Mapping[str, frozenset[str]],
+        on_reject: Callable[[Scope], None] | None = None,
+    ) -> None:
         self.app = app
-        self._digest = hashlib.sha256(api_key.encode()).digest()
+        self._keys = [(hashlib.sha256(key.encode()).digest(), classes) for key, classes in keys.items()]
         self._on_reject = on_reject
 
-    def authorized(self, scope: Scope) -> bool:
+    def classes_of(self, scope: Scope) -> frozenset[str] | None:
+        """The cache classes of the key the request carries, or None when it carries no valid key."""
         header = _header(scope, b"authorization") or b""
         scheme, _, token = header.strip().partition(b" ")
-        # Hash both sides so the comparison is constant time and does not leak the key's length.
+        # Hash both sides so each comparison is constant time and does not leak a key's length; compare
+        # with every key, so the time does not tell which one matched either.
         given = hashlib.sha256(token.strip()).digest()
-        return hmac.compare_digest(given, self._digest) and scheme.lower() == b"bearer"
+        found: frozenset[str] | None = None
+        for digest, classes in self._keys:
+            if hmac.compare_digest(given, digest):
+                found = classes
+        return found if scheme.lower() == b"bearer" else None
 
     async def __call__(self, scope: Scope, receive: Callable[..., Any], send: Callable[..., Any]) -> None:
-        if scope["type"] != "http" or scope["path"] in OPEN_PATHS or self.authorized(scope):
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        classes = self.classes_of(scope)
+        if classes is not None:
+            scope.setdefault("state", {})["cache_classes"] = classes
             await self.app(scope, receive, send)
             return
         if self._on_reject is not None:
@@ -67,7 +85,7 @@ class AuthMiddleware:
             401,
             error_body(
                 "Incorrect or missing API key: send the header 'Authorization: Bearer <key>' with the key the "
-                "server was started with (--api-key or LOOKAHEAD_API_KEY)",
+                "server was started with (--api-key, LOOKAHEAD_API_KEY or --api-keys)",
                 param=None,
                 code="invalid_api_key",
             ),

@@ -89,6 +89,33 @@ class Decision:
     def lookahead(self) -> LookaheadConfig | None:
         return self.config if isinstance(self.config, LookaheadConfig) else None
 
+    @property
+    def query_tokens(self) -> int:
+        """Upper bound on the query tokens one decoding step of this decision feeds the target model
+        (the root included): what an operator's choice costs per step, and what caps a request's own
+        override (`--client-overrides capped`)."""
+        cfg = self.config
+        if isinstance(cfg, LookaheadConfig):
+            if self.strategy == "lookahead_jacobi":  # the engine runs it without context n-grams
+                cfg = dataclasses.replace(cfg, context_ngrams=False)
+            return cfg.query_tokens
+        if isinstance(cfg, PromptLookupConfig):
+            return 1 + cfg.num_tokens * cfg.max_candidates
+        if isinstance(cfg, SpeculativeConfig):
+            return 1 + cfg.draft_tokens
+        return 1
+
+    def describe(self) -> str:
+        """A short text, e.g. "lookahead, W=2 N=4 G=4" or "speculative, draft=self:8 k=4"."""
+        cfg = self.config
+        if isinstance(cfg, LookaheadConfig):
+            return f"{self.strategy}, W={cfg.window} N={cfg.ngram} G={cfg.guesses}"
+        if isinstance(cfg, PromptLookupConfig):
+            return f"{self.strategy}, {cfg.max_candidates} candidates x {cfg.num_tokens} tokens"
+        if isinstance(cfg, SpeculativeConfig):
+            return f"{self.strategy}, k={cfg.draft_tokens}"
+        return self.strategy
+
     def engine_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for lookahead.stream_events besides `strategy`."""
         return {} if self.block is None else {self.block: self.config}
@@ -172,6 +199,14 @@ class Policy:
         """(strategy, LookaheadConfig or None) for a request of this class asking for max_tokens."""
         decision = self.decide(request_class, max_tokens)
         return decision.strategy, decision.lookahead
+
+    def decisions(self) -> list[tuple[str, Decision]]:
+        """Every decision with where it sits in the file ("default", "classes.code", "rules[0]")."""
+        return [
+            ("default", self.default),
+            *((f"classes.{name}", d) for name, d in self.classes.items()),
+            *((f"rules[{i}]", r.decision) for i, r in enumerate(self.rules)),
+        ]
 
     def to_dict(self) -> dict[str, Any]:
         """The file format; `Policy.from_dict(p.to_dict()) == p`."""

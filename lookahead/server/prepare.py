@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import re
 import secrets
+from collections.abc import Mapping
 from typing import Any
 
 from jinja2 import TemplateError
 
-from lookahead.config import LookaheadConfig, SamplingConfig
+from lookahead.config import LookaheadConfig, SamplingConfig, SpeculativeConfig
 from lookahead.errors import ConfigError, LookaheadError
-from lookahead.server.config import ServerConfig
+from lookahead.server.config import ALL_CLASSES, CLASS_RE, ServerConfig
 from lookahead.server.errors import APIError, bad_request
 from lookahead.server.metrics import ServerMetrics
 from lookahead.server.policy import Decision
@@ -22,7 +22,6 @@ from lookahead.server.worker import JobSpec
 log = logging.getLogger("lookahead.server")
 
 CLASS_HEADER = "x-request-class"
-_CLASS_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
 
 
 def request_class_of(header: str | None, metadata: dict[str, str] | None) -> str | None:
@@ -30,7 +29,7 @@ def request_class_of(header: str | None, metadata: dict[str, str] | None) -> str
     value = header if header is not None else (metadata or {}).get("request_class")
     if value is None:
         return None
-    if not _CLASS_RE.fullmatch(value):
+    if not CLASS_RE.fullmatch(value):
         raise bad_request(
             f"request class {value[:80]!r} is invalid: use 1-64 letters, digits, '_', '.', ':' or '-'",
             param="metadata.request_class" if header is None else None,
@@ -113,18 +112,25 @@ def completion_budget(body: CommonFields, prompt_tokens: int, loaded: Any, confi
 
 
 def choose_strategy(body: CommonFields, request_class: str | None, max_tokens: int, config: ServerConfig) -> Decision:
-    """The request's own `lookahead` field wins over the policy; the policy decides otherwise."""
+    """The request's own `lookahead` field wins over the policy, as far as --client-overrides allows."""
     decision = config.policy.decide(request_class, max_tokens)
     opts = body.lookahead
     if opts is None:
         return decision
+    given = [name for name in ("enabled", "window", "ngram", "guesses", "context_tokens") if getattr(opts, name) is not None]
+    if given and config.client_overrides == "off":
+        raise bad_request(
+            "this server does not take per-request decoding overrides (started with --client-overrides off); "
+            f"remove 'lookahead' ({', '.join(given)}) from the request: the server's policy decides",
+            param="lookahead",
+            code="override_not_allowed",
+        )
     if opts.enabled is False:
-        return Decision("autoregressive")
-    if opts.enabled is None and all(v is None for v in (opts.window, opts.ngram, opts.guesses, opts.context_tokens)):
+        return Decision("autoregressive")  # one query token a step: never more than the policy's
+    if not given:
         return decision
-    if decision.lookahead is None:  # the policy chose another strategy; the request asks for lookahead
-        decision = Decision("lookahead")
-    base = decision.lookahead or LookaheadConfig()
+    base_decision = decision if decision.lookahead is not None else Decision("lookahead")
+    base = base_decision.lookahead or LookaheadConfig()
     try:
         shape = dataclasses.replace(
             base,
@@ -135,7 +141,38 @@ def choose_strategy(body: CommonFields, request_class: str | None, max_tokens: i
         )
     except ConfigError as exc:
         raise bad_request(str(exc), param="lookahead", code="invalid_value") from None
-    return Decision(decision.strategy, shape)
+    chosen = Decision(base_decision.strategy, shape)
+    limit = decision.query_tokens
+    if config.client_overrides == "capped" and chosen.query_tokens > limit:
+        extra = "" if shape.context_tokens is None else f" context_tokens={shape.context_tokens}"
+        raise bad_request(
+            f"the requested lookahead ({chosen.describe()}{extra}) needs up to "
+            f"{chosen.query_tokens} query tokens per step, over this server's limit of {limit} for this request "
+            f"(its policy's own choice, {decision.describe()}; --client-overrides capped); ask for a smaller "
+            "window, ngram, guesses or context_tokens, or leave 'lookahead' out",
+            param="lookahead",
+            code="override_too_large",
+        )
+    return chosen
+
+
+def draft_for(decision: Decision, needed: int, drafts: Mapping[str, Any]) -> Any:
+    """The policy's preloaded draft model for a speculative decision (None for a self-draft), after
+    checking that this request fits its context (the message names no model: it may be a path)."""
+    spec = decision.config
+    if not isinstance(spec, SpeculativeConfig) or spec.is_self_draft:
+        return None
+    draft = drafts.get(spec.draft)
+    if draft is None:
+        raise APIError(500, "the policy's draft model was not loaded at start", type="server_error")
+    if draft.context_length < needed + spec.draft_tokens:
+        raise bad_request(
+            f"this request may reach {needed + spec.draft_tokens} positions but the draft model the server's policy "
+            f"uses for it has a context of {draft.context_length} tokens; lower max_tokens or shorten the prompt",
+            param="max_tokens",
+            code="context_length_exceeded",
+        )
+    return draft
 
 
 def sampling_of(body: CommonFields) -> SamplingConfig:
@@ -158,13 +195,20 @@ def build_spec(
     loaded: Any,
     config: ServerConfig,
     metrics: ServerMetrics,
+    drafts: Mapping[str, Any],
+    cache_classes: frozenset[str] | None = None,
 ) -> JobSpec:
+    """`cache_classes`: the n-gram cache classes the request's API key may use (None: auth is off)."""
     max_tokens = completion_budget(body, len(prompt_ids), loaded, config)
+    decision = choose_strategy(body, request_class, max_tokens, config)
+    label = metrics.class_label(request_class)
     return JobSpec(
         prompt_ids=tuple(prompt_ids),
         max_new_tokens=max_tokens,
-        decision=choose_strategy(body, request_class, max_tokens, config),
+        decision=decision,
         sampling=sampling_of(body),
         stop=body.stop_list(),
-        label=metrics.class_label(request_class),
+        label=label,
+        draft=draft_for(decision, len(prompt_ids) + max_tokens, drafts),
+        ngram_cache=cache_classes is None or ALL_CLASSES in cache_classes or label in cache_classes,
     )

@@ -16,6 +16,7 @@ import uvicorn
 
 import lookahead
 from lookahead.server import ServerConfig, create_app
+from lookahead.server.cli import uvicorn_config
 
 
 def free_port() -> int:
@@ -48,10 +49,12 @@ class Live:
 
 @contextmanager
 def serve(loaded: Any, config: ServerConfig | None = None, *, stream_fn: Any = None) -> Iterator[Live]:
-    """Run create_app(loaded, config) under uvicorn in a background thread for the with-block."""
-    app = create_app(loaded, config or ServerConfig(), stream_fn=stream_fn)
+    """Run create_app(loaded, config) under uvicorn, configured as `lookahead serve` does, in a
+    background thread for the with-block."""
+    config = config or ServerConfig()
+    app = create_app(loaded, config, stream_fn=stream_fn)
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    server = uvicorn.Server(uvicorn_config(app, config, log_level="warning", host="127.0.0.1", port=port))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

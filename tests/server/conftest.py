@@ -31,5 +31,7 @@ def tiny() -> Any:
 
 @pytest.fixture(scope="module")
 def live(tiny: Any) -> Iterator[Live]:
-    with serve(tiny, ServerConfig(max_queue=64)) as server:
+    # adaptive=False: every step runs its full draft, so what a test exercises never depends on how
+    # fast this machine happens to be (the speculation gate times the steps).
+    with serve(tiny, ServerConfig(max_queue=64, adaptive=False)) as server:
         yield server

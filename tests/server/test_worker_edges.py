@@ -7,19 +7,26 @@ something (a disconnect), it waits on an event, never for a fixed time, and no v
 
 from __future__ import annotations
 
+import asyncio
 import json
+import queue
 import threading
 import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import openai
 import pytest
 
 import lookahead
+from lookahead.config import SamplingConfig
 from lookahead.server import ServerConfig
-from lookahead.server.worker import Job
+from lookahead.server.errors import APIError
+from lookahead.server.metrics import ServerMetrics
+from lookahead.server.policy import Decision
+from lookahead.server.worker import Job, JobEnd, JobSpec, ModelWorker
 
 from .live import CHAT, GatedStream, Live, serve
 
@@ -183,3 +190,119 @@ def test_disconnect_without_gate_frees_the_worker(tiny: Any, monkeypatch: pytest
         families = server.http().get("/metrics").text
         generated = [l for l in families.splitlines() if l.startswith("lookahead_generated_tokens_total{")]
         assert generated and float(generated[0].split()[-1]) == sum(tokens) < 900
+
+
+# -- shutdown races (issue 14, item 8): a job must never run uncancelled once shutdown has begun ------
+
+
+class RecordingJob(Job):
+    """A job whose events land in a list (no event loop needed); `ended` is set by its JobEnd."""
+
+    def __init__(self) -> None:
+        spec = JobSpec((1, 2, 3), 4, Decision("autoregressive"), SamplingConfig(), (), "default")
+        super().__init__(spec, cast(asyncio.AbstractEventLoop, None), timeout_s=600)  # push() needs no loop
+        self.items: list[Any] = []
+        self.ended = threading.Event()
+
+    def push(self, item: Any) -> None:
+        self.items.append(item)
+        if isinstance(item, JobEnd):
+            self.ended.set()
+
+
+class PausingQueue(queue.Queue):  # type: ignore[type-arg]
+    """The worker's queue, with a pause right after the worker's blocking get() returns a job, and
+    one right before submit() queues a job: the two windows of the shutdown races."""
+
+    def __init__(self, maxsize: int) -> None:
+        super().__init__(maxsize)
+        self.after_get: Callable[[], None] = lambda: None
+        self.before_put: Callable[[], None] = lambda: None
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+        item = super().get(block, timeout)
+        if block and item is not None:  # the worker thread's dequeue, not cancel_all's drain
+            self.after_get()
+        return item
+
+    def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
+        if item is not None:  # submit(), not stop()'s end marker
+            self.before_put()
+        super().put(item, block, timeout)
+
+
+def bare_worker() -> tuple[ModelWorker, PausingQueue, list[Any]]:
+    """A worker whose engine only records that it was asked to run something."""
+    started: list[Any] = []
+
+    def engine(*args: Any, **kwargs: Any) -> Iterator[Any]:
+        started.append(kwargs)
+        raise AssertionError("a job ran after shutdown began")
+
+    metrics = ServerMetrics(
+        price_per_hour_usd=0.0, known_classes=[], max_class_labels=4, queue_depth=lambda: 0, in_flight=lambda: 0
+    )
+    worker = ModelWorker(object(), metrics, max_queue=4, stream_fn=engine)
+    worker._queue = pausing = PausingQueue(4)
+    return worker, pausing, started
+
+
+def pause_point() -> tuple[threading.Event, threading.Event, Callable[[], None]]:
+    """(reached, resume, pause): `pause` sets `reached`, then waits for `resume`."""
+    reached, resume = threading.Event(), threading.Event()
+
+    def pause() -> None:
+        reached.set()
+        assert resume.wait(30)
+
+    return reached, resume, pause
+
+
+def assert_refused_with_503(job: RecordingJob, started: list[Any]) -> None:
+    assert job.ended.wait(30), "the job never ended"
+    end = job.items[-1]
+    assert isinstance(end, JobEnd) and end.error is not None and end.error.code == "shutting_down", end
+    assert started == []  # the engine was never asked to run it
+
+
+def test_shutdown_between_dequeue_and_current_cancels_the_job() -> None:
+    worker, pausing, started = bare_worker()
+    dequeued, resume, pausing.after_get = pause_point()
+    worker.start()
+    job = RecordingJob()
+    worker.submit(job)
+    assert dequeued.wait(30)  # the worker holds the job but has not marked it current
+    worker.cancel_all()  # finds an empty queue and no current job
+    resume.set()
+    assert_refused_with_503(job, started)
+    worker.stop(30)
+
+
+def test_shutdown_between_stopping_check_and_queueing_cancels_the_job() -> None:
+    worker, pausing, started = bare_worker()
+    checked, resume, pausing.before_put = pause_point()
+    worker.start()
+    job = RecordingJob()
+    submitter = threading.Thread(target=worker.submit, args=(job,))
+    submitter.start()
+    assert checked.wait(30)  # submit() has seen "not stopping" but not queued the job yet
+    shutdown = threading.Thread(target=worker.cancel_all)
+    shutdown.start()
+    assert worker._stopping.wait(30)  # shutdown has begun (its drain may wait for the submit to finish)
+    resume.set()
+    submitter.join(30)
+    shutdown.join(30)
+    assert not submitter.is_alive() and not shutdown.is_alive()
+    assert_refused_with_503(job, started)
+    worker.stop(30)
+
+
+def test_submit_after_shutdown_is_refused_with_503() -> None:
+    worker, _, started = bare_worker()
+    worker.start()
+    worker.cancel_all()
+    with pytest.raises(APIError) as err:
+        worker.submit(RecordingJob())
+    assert err.value.status == 503 and err.value.code == "shutting_down"
+    worker.stop(30)
+    assert started == []

@@ -46,11 +46,15 @@ def test_lookahead_matches_autoregressive_on_smollm2(index: int) -> None:
     lm = smollm2()
     prompt_ids = lm.encode(PROMPTS[index])
     ar = lookahead.generate(lm, prompt_ids, max_new_tokens=128, strategy="autoregressive")
-    la = lookahead.generate(lm, prompt_ids, max_new_tokens=128, lookahead=LookaheadConfig())
+    # The gate off: every step verifies its guesses, whatever this machine's timings (the gate never
+    # changes a token, but with it on a slow CPU could turn speculation off and test nothing).
+    la = lookahead.generate(lm, prompt_ids, max_new_tokens=128, lookahead=LookaheadConfig(), adaptive=False)
     if la.token_ids != ar.token_ids:
         i = next(k for k, (a, b) in enumerate(zip(ar.token_ids, la.token_ids)) if a != b)
         gap = _top2_gap(lm, prompt_ids + ar.token_ids[:i])
         print(f"prompt {index}: first difference at token {i}, top-2 logit gap {gap:.3e}")
         assert gap < 1e-4, f"lookahead diverged at token {i} with a top-2 gap of {gap:.3e}: not a near-tie"
     assert len(ar.token_ids) > 0
-    assert la.stats.steps <= ar.stats.steps
+    # Lookahead must have speculated and been right at least once on the real model, or the comparison
+    # above was autoregressive against itself. (steps <= AR steps would hold by construction.)
+    assert la.stats.guesses_verified > 0 and la.stats.guesses_accepted > 0, la.stats

@@ -173,6 +173,9 @@ class GenerationConfig:
     # Gate speculative steps on expected gain vs the device's measured cost of a wider step
     # (lookahead/engine/gate.py). Never changes the tokens; False runs every draft as proposed.
     adaptive: bool = True
+    # Pad every pass to the model's width floor (engine/numerics.py) so that tokens are bit-identical
+    # to padded autoregressive decoding at reduced precision; False runs unpadded.
+    exact: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
@@ -181,3 +184,14 @@ class GenerationConfig:
             raise ConfigError(f"unknown strategy {self.strategy!r}; choose one of {', '.join(STRATEGIES)}")
         if any((not isinstance(s, str)) or s == "" for s in self.stop):
             raise ConfigError("stop strings must be non-empty strings")
+
+    @property
+    def widest_step(self) -> int:
+        """Upper bound on the query rows of one decoding step under this configuration."""
+        if self.strategy in ("lookahead", "lookahead_jacobi"):
+            return self.lookahead.query_tokens
+        if self.strategy == "prompt_lookup":
+            return 1 + self.prompt_lookup.num_tokens * self.prompt_lookup.max_candidates
+        if self.strategy == "speculative":
+            return 1 + self.speculative.draft_tokens
+        return 1

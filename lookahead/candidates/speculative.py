@@ -20,13 +20,14 @@ import torch
 from lookahead.engine.draft import CandidateTree, Draft, StepOutcome
 from lookahead.engine.kvcache import KVCache
 from lookahead.engine.sampling import TokenChooser
-from lookahead.engine.step import StepRunner
+from lookahead.engine.model_runner import ModelRunner
 
 
 class SpeculativeProposer:
     def __init__(self, draft_model: Any, draft_tokens: int, chooser: TokenChooser) -> None:
         self.k = draft_tokens
-        self.runner = StepRunner(draft_model, chooser)
+        self.runner = ModelRunner(draft_model)  # a draft's rows need no exactness: unpadded
+        self.chooser = chooser
         self.vocab = chooser.vocab_size
         self.cache = KVCache()
         self._drafted = 0  # tokens drafted by the last proposal
@@ -45,9 +46,9 @@ class SpeculativeProposer:
             n = len(feed)
             positions = torch.arange(pos, pos + n)
             causal = torch.ones(n, n, dtype=torch.bool).tril_()
-            logits = self.runner.forward(self.cache, torch.tensor(feed), positions, causal, keep=1)
+            logits = self.runner.forward(self.cache, torch.tensor(feed), positions, causal, keep=torch.tensor([n - 1]))
             pos += n
-            token = self.runner.chooser.choose(self._fit(logits), [pos])[0]  # the token at position pos
+            token = self.chooser.choose(self._fit(logits), [pos])[0]  # the token at position pos
             drafted.append(token)
             feed = [token]
         tree.add(drafted, "draft")

@@ -54,6 +54,24 @@ class CandidateTree:
     def __len__(self) -> int:
         return len(self.tokens)
 
+    def first_chain(self) -> CandidateTree:
+        """The first continuation added (the best-ranked one: nodes 0..k-1, each the child of the one
+        before) as a tree of its own. Exact steps at reduced precision verify only this chain: a node of
+        another branch would see the first branch's keys as a masked gap (engine/query.py)."""
+        k = 0
+        while k < len(self.tokens) and self.parents[k] == k - 1:
+            k += 1
+        if k == len(self.tokens):
+            return self
+        chain = CandidateTree()
+        for i in range(k):
+            chain.tokens.append(self.tokens[i])
+            chain.parents.append(i - 1)
+            chain.depths.append(i + 1)
+            chain.children[(i - 1, self.tokens[i])] = i
+            chain.sources.append(self.sources[i])
+        return chain
+
     def ancestors_matrix(self) -> torch.Tensor:
         """[T, T] bool: entry (i, j) is True when node j is node i or one of its ancestors."""
         t = len(self.tokens)

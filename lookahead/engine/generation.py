@@ -18,6 +18,7 @@ from lookahead.config import GREEDY, GenerationConfig, LookaheadConfig, PromptLo
 from lookahead.engine.draft import Draft, Proposer, ReportsDraftCost
 from lookahead.engine.gate import GateConfig
 from lookahead.engine.kvcache import KVCache
+from lookahead.engine.numerics import width_probe
 from lookahead.engine.sampling import TokenChooser
 from lookahead.engine.step import StepRunner
 from lookahead.engine.stopping import StopState
@@ -57,6 +58,8 @@ class GenerationResult:
     finish_reason: str  # "stop" (EOS or stop string) or "length"
     strategy: str
     stats: GenerationStats
+    dtype: str = "float32"  # the weights' dtype that ran
+    width_floor: int | None = None  # every pass was padded to this many rows (None: unpadded)
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -64,6 +67,8 @@ class GenerationResult:
             "token_ids": self.token_ids,
             "finish_reason": self.finish_reason,
             "strategy": self.strategy,
+            "dtype": self.dtype,
+            "width_floor": self.width_floor,
             "stats": self.stats.to_dict(),
         }
 
@@ -93,10 +98,14 @@ def stream_events(
     draft: LoadedModel | None = None,
     ngram_cache: NGramCache | None = None,
     adaptive: bool = True,
+    exact: bool = True,
 ) -> Iterator[StepEvent]:
     """`draft`: a draft model for strategy "speculative" (else `speculative.draft` is resolved);
     `ngram_cache`: cross-request n-grams, offered to "lookahead"/"prompt_lookup" and updated with the
-    finished response whatever the strategy."""
+    finished response whatever the strategy. `exact`: pad every pass to the model's width floor where
+    one exists (engine/numerics.py), so that every strategy's tokens are bit-identical to padded
+    autoregressive decoding at any precision; False runs unpadded (the fastest plain path, identical
+    to the others only up to float rounding)."""
     cfg = GenerationConfig(
         max_new_tokens=max_new_tokens,
         strategy=strategy,
@@ -106,6 +115,7 @@ def stream_events(
         prompt_lookup=prompt_lookup or PromptLookupConfig(),
         speculative=speculative or SpeculativeConfig(),
         adaptive=adaptive,
+        exact=exact,
     )
     # 1. Encode and validate.
     prompt_ids = loaded.encode(prompt, raw=raw)
@@ -117,9 +127,10 @@ def stream_events(
     vocab = loaded.model.get_output_embeddings().weight.shape[0]
     # A draft model's tokens are already paid for when the gate would see them: never gate those.
     gate = GateConfig(adaptive=cfg.adaptive and cfg.strategy != "speculative")
-    runner = StepRunner(loaded.model, TokenChooser(cfg.sampling, vocab), gate)
+    numerics = width_probe(loaded.model, cfg.widest_step) if cfg.exact else None
+    runner = StepRunner(loaded.model, TokenChooser(cfg.sampling, vocab), gate, numerics)
     proposer: Proposer = make_proposer(ProposerInputs(cfg, prompt_ids, loaded, runner.chooser, draft, ngram_cache))
-    cache = KVCache()
+    cache = runner.new_cache()
     state = StopState(loaded.tokenizer, loaded.eos_token_ids, cfg.max_new_tokens, cfg.stop)
     stats = GenerationStats(prompt_tokens=len(prompt_ids))
     by_source: Counter[str] = Counter()
@@ -172,7 +183,8 @@ def stream_events(
     stats.accepted_by_source = dict(by_source)
     if ngram_cache is not None:
         ngram_cache.add_response(prompt_ids, state.token_ids)
-    result = GenerationResult(state.text, list(state.token_ids), state.finish_reason or "length", cfg.strategy, stats)
+    result = GenerationResult(state.text, list(state.token_ids), state.finish_reason or "length", cfg.strategy, stats,
+                              dtype=str(loaded.dtype).replace("torch.", ""), width_floor=runner.model.floor)
     yield StepEvent(text=state.take_text(), token_ids=[], result=result)
 
 

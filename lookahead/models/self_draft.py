@@ -60,7 +60,7 @@ class SelfDraft(torch.nn.Module):
         attention_mask: torch.Tensor | dict[str, torch.Tensor],
         cache: Any = None,
         use_cache: bool = True,
-        logits_to_keep: int = 0,
+        logits_to_keep: int | torch.Tensor = 0,
     ) -> DraftOutput:
         hidden = self.embed_tokens(input_ids)
         position_embeddings = self.rotary_emb(hidden, position_ids)
@@ -68,6 +68,8 @@ class SelfDraft(torch.nn.Module):
             mask = attention_mask[kind] if isinstance(attention_mask, dict) else attention_mask
             hidden = layer(hidden, attention_mask=mask, position_embeddings=position_embeddings,
                            position_ids=position_ids, cache=cache, use_cache=use_cache)
-        if logits_to_keep:
+        if isinstance(logits_to_keep, torch.Tensor):  # row indices, as transformers' models take them
+            hidden = hidden[:, logits_to_keep]
+        elif logits_to_keep:
             hidden = hidden[:, -logits_to_keep:]
         return DraftOutput(logits=self.lm_head(self.norm(hidden)))

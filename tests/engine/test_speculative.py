@@ -14,6 +14,7 @@ from lookahead.candidates.speculative import SpeculativeProposer
 from lookahead.config import GREEDY, SpeculativeConfig
 from lookahead.engine.kvcache import KVCache
 from lookahead.engine.sampling import TokenChooser
+from lookahead.engine.model_runner import ModelRunner
 from lookahead.engine.step import StepRunner
 from lookahead.errors import ConfigError
 from lookahead.models import wrap
@@ -88,12 +89,12 @@ def test_self_draft_with_every_layer_is_the_target(arch: str) -> None:
     chooser = TokenChooser(GREEDY, lm.model.get_output_embeddings().weight.shape[0])
     n = ids.numel()
     causal = torch.ones(n, n, dtype=torch.bool).tril_()
-    mine = StepRunner(full, chooser).forward(KVCache(), ids, torch.arange(n), causal, keep=n)
+    mine = ModelRunner(full).forward(KVCache(), ids, torch.arange(n), causal, keep=torch.arange(n))
     with torch.no_grad():
         ref = lm.model(ids[None]).logits[0]
     torch.testing.assert_close(mine, ref)
     # and the first layer alone is a different (cheaper) model
-    one = StepRunner(SelfDraft(lm.model, 1), chooser).forward(KVCache(), ids, torch.arange(n), causal, keep=n)
+    one = ModelRunner(SelfDraft(lm.model, 1)).forward(KVCache(), ids, torch.arange(n), causal, keep=torch.arange(n))
     assert not torch.allclose(one, ref)
 
 

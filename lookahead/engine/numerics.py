@@ -1,0 +1,159 @@
+"""The width-invariance probe: from how many query rows on does a row's output stop depending on the
+width of the forward pass?
+
+At reduced precision (bfloat16 on CPUs with avx512_bf16, measured on SmolLM2 and Gemma 3) a row's logits
+are bit-identical for every width >= 4 and differ below it; in float32 on the same CPU every width
+differs in the last bits. The engine pads every pass up to the floor (engine/model_runner.py), so an
+autoregressive step and a lookahead step compute the same rows the same way, and lookahead's tokens are
+exactly autoregressive decoding's, not just up to float rounding.
+
+The probe prefills a random context, then runs a contiguous chain of w tokens for each probed width w
+(every w up to 16, then a spread up to `max_width`), reading every row's logits, and compares rows 0 and
+1 with the widest pass. The floor is the smallest w from which every probed width agrees bit for bit.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from lookahead.engine.attention import install
+from lookahead.engine.kvcache import KVCache
+from lookahead.engine.model_runner import ModelRunner
+
+KEY_ALIGN = 64  # exact steps see their keys padded to a multiple of this (engine/kvcache.py)
+USABLE_FLOOR = 16  # a floor above this would make every step as wide as 16 rows: treated as none
+_CONTEXTS = (40, 300, 700)  # cached context lengths the rows are probed over
+
+
+@dataclass(frozen=True)
+class WidthProbe:
+    """floor: the width from which rows are bit-identical (None: no usable floor, e.g. float32 here);
+    max_width: the widest pass probed; diffs: width -> max |logit difference| against the widest pass."""
+
+    floor: int | None
+    max_width: int
+    diffs: dict[int, float]
+    dtype: str
+    gap_invariant: bool = False  # rows are unchanged by masked keys between their visible keys
+    exact_attention: bool = False  # measured with (and the engine then runs) engine/attention.py
+
+    def to_dict(self) -> dict[str, object]:
+        return {"floor": self.floor, "max_width": self.max_width, "dtype": self.dtype,
+                "exact_attention": self.exact_attention,
+                "gap_invariant": self.gap_invariant, "diffs": {str(k): v for k, v in sorted(self.diffs.items())}}
+
+
+def probed_widths(max_width: int, dense: bool = True) -> list[int]:
+    """Every width up to 16 (`dense`; else a few), then widths around powers of two, up to max_width."""
+    low = set(range(1, 17)) if dense else {1, 2, 3, 4, 5, 8, 16}
+    spread = {17, 24, 31, 32, 33, 48, 63, 64, 65, 96, 127, 128, 129, 192, 255, 256, 257, 384, 511, 512}
+    return sorted({w for w in low | spread if w <= max_width} | {max_width})
+
+
+def probe_width_floor(model: Any, max_width: int = 64, seed: int = 0) -> WidthProbe:
+    """Measure the floor of `model` (any causal LM the engine runs) up to `max_width` rows, over cached
+    contexts of several lengths (kernels change blocking with the number of keys too)."""
+    if max_width < 2:
+        raise ValueError("max_width must be >= 2")
+    vocab = model.get_output_embeddings().weight.shape[0]
+    limit = _context_limit(model) - max_width - 1
+    if limit < _CONTEXTS[0]:
+        raise ValueError(
+            f"the model's context ({_context_limit(model)} tokens) is too short to probe steps of {max_width} rows; "
+            "use a model with a longer context or smaller lookahead settings (fewer query tokens per step)"
+        )
+    contexts = [c for c in _CONTEXTS if c <= limit]
+    gen = torch.Generator().manual_seed(seed)
+    hi = min(vocab, 32_000)
+    tokens = torch.randint(0, hi, (contexts[-1] + max_width + 3,), generator=gen)
+    exact = install(model)  # the width-invariant attention, where the model takes it
+    runner = ModelRunner(model, floor=None, exact_attention=exact)
+    cache = KVCache(KEY_ALIGN)
+    diffs: dict[int, float] = {}
+    gap_invariant = True
+    for i, ctx in enumerate(contexts):
+        runner.prefill_more(cache, tokens[cache.get_seq_length() : ctx].tolist())
+        chain = tokens[ctx : ctx + max_width + 3]
+        rows: dict[int, torch.Tensor] = {}
+        for w in probed_widths(max_width, dense=i == 0):
+            local = torch.ones(w, w, dtype=torch.bool).tril_()
+            logits = runner.forward(cache, chain[:w], torch.arange(ctx, ctx + w), local, torch.arange(w))
+            cache.crop(-w)
+            rows[w] = logits[: min(w, 2)].float()
+        ref = rows[max_width]
+        for w, r in rows.items():
+            diffs[w] = max(diffs.get(w, 0.0), float((r - ref[: r.shape[0]]).abs().max()))
+        gap_invariant = gap_invariant and _gap_invariant(runner, cache, chain, min(16, max_width))
+    floor = None
+    for w in sorted(diffs, reverse=True):
+        if w < max_width and diffs[w] == 0.0:
+            floor = w
+        elif w < max_width:
+            break
+    if floor is not None and floor > USABLE_FLOOR:
+        floor = None
+    dtype = str(next(model.parameters()).dtype).replace("torch.", "")
+    return WidthProbe(floor, max_width, diffs, dtype, gap_invariant and floor is not None, exact)
+
+
+def _gap_invariant(runner: ModelRunner, cache: KVCache, tokens: torch.Tensor, width: int) -> bool:
+    """Do a chain's rows keep their logits when other branches' keys sit (masked) between the root and
+    the chain? Compares root + 3-token chain laid out contiguously with the same chain after g rows of
+    another branch, every pass `width` rows wide."""
+    p = cache.get_seq_length()
+    outs = []
+    for g in (0, 1, 3, 4, 7, 8):
+        if 4 + g > width:
+            break
+        toks = tokens[:width].clone()
+        pos = torch.full((width,), p, dtype=torch.long)
+        local = torch.eye(width, dtype=torch.bool)
+        local[:, 0] = True
+        branch = list(range(1, 1 + g))  # another branch: root -> b1 -> ... -> bg
+        chain = list(range(1 + g, 4 + g))  # root -> c1 -> c2 -> c3
+        for path in (branch, chain):
+            for depth, row in enumerate(path, start=1):
+                pos[row] = p + depth
+                local[row, path[:depth]] = True
+        toks[chain] = tokens[-3:]
+        logits = runner.forward(cache, toks, pos, local, torch.tensor([0, *chain]))
+        cache.crop(-width)
+        outs.append(logits.float())
+    return all(torch.equal(o, outs[0]) for o in outs[1:])
+
+
+_probes: weakref.WeakKeyDictionary[Any, WidthProbe] = weakref.WeakKeyDictionary()
+_lock = threading.Lock()
+
+
+def width_probe(model: Any, min_width: int = 64) -> WidthProbe:
+    """The model's probe, covering at least `min_width` rows; measured once per model and widened when a
+    wider step comes along (next power of two)."""
+    with _lock:
+        probe = _probes.get(model)
+        if probe is None or probe.max_width < min_width:
+            width = max(64, 1 << (max(min_width, 2) - 1).bit_length())
+            width = min(width, max(min_width, _context_limit(model) - _CONTEXTS[0] - 1))
+            probe = probe_width_floor(model, width)
+            _probes[model] = probe
+        return probe
+
+
+def set_width_probe(model: Any, probe: WidthProbe) -> None:
+    """Install a probe result for `model` (e.g. one read from a cache file)."""
+    with _lock:
+        _probes[model] = probe
+
+
+def _context_limit(model: Any) -> int:
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    for attr in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        value = getattr(config, attr, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return 2048

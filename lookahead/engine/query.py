@@ -1,0 +1,84 @@
+"""One step's query (tokens, positions, visibility, rows to read back) and its verification, as pure functions.
+
+Layout of a step with a candidate tree of T nodes and an auxiliary branch of A rows (Q = 1 + T + A):
+
+    row   0          1 .. T                    T+1 .. T+A
+          root       candidate tree nodes      aux rows (the Jacobi window)
+    pos   p          p + depth                 p + offset
+
+The root comes first and the tree nodes right after it, so the root and every node of the tree's
+first chain see their visible keys as one gap-free run (cached prefix, root, ancestors), exactly as
+the same tokens do when decoded one at a time. At reduced precision that is what makes a verified
+row bit-identical to autoregressive decoding (README, "Lossless, exactly"); rows after a row's last
+visible key change nothing for it. Aux rows only mint guesses, so they may see keys with gaps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from lookahead.engine.draft import AuxBranch, CandidateTree
+
+
+@dataclass(frozen=True)
+class StepQuery:
+    """tokens/positions: [Q]; local: [Q, Q] bool (row i may see new key j); keep: [K] ascending rows
+    whose logits are read back (root, tree nodes, aux out rows); n_tree: T."""
+
+    tokens: torch.Tensor
+    positions: torch.Tensor
+    local: torch.Tensor
+    keep: torch.Tensor
+    n_tree: int
+
+    @property
+    def width(self) -> int:
+        return int(self.tokens.shape[0])
+
+
+def build_query(root: int, p: int, tree: CandidateTree, aux: AuxBranch | None) -> StepQuery:
+    """The step's input for root token `root` at position `p` (the cache holds positions 0..p-1)."""
+    t = len(tree)
+    a = 0 if aux is None else int(aux.tokens.shape[0])
+    q = 1 + t + a
+    tokens = torch.empty(q, dtype=torch.long)
+    positions = torch.empty(q, dtype=torch.long)
+    local = torch.zeros(q, q, dtype=torch.bool)
+    local[:, 0] = True  # every row sees the root
+    tokens[0] = root
+    positions[0] = p
+    keep = [torch.arange(1 + t)]
+    if t:
+        tokens[1 : 1 + t] = torch.tensor(tree.tokens)
+        positions[1 : 1 + t] = p + torch.tensor(tree.depths)
+        local[1 : 1 + t, 1 : 1 + t] = tree.ancestors_matrix()
+    if aux is not None and a:
+        rows = slice(1 + t, q)
+        tokens[rows] = aux.tokens
+        positions[rows] = p + aux.offsets
+        local[rows, rows] = aux.visible
+        keep.append(1 + t + aux.out_rows)
+    return StepQuery(tokens, positions, local, torch.cat(keep), t)
+
+
+def verify(tree: CandidateTree, root_choice: int, node_choice: list[int]) -> tuple[list[int], list[str], list[int]]:
+    """Walk the trie from the root, following the child whose token equals the model's choice.
+
+    root_choice: the model's token after the root; node_choice[i]: its token after tree node i.
+    Every matched node is a token the model itself would have produced there, so it is accepted, and
+    the model's choice after the last matched node is accepted too (every step yields >= 1 token).
+    Returns (accepted tokens, the source of each ("model" for the last), matched node ids in order).
+    """
+    accepted = [root_choice]
+    sources: list[str] = []
+    nodes: list[int] = []
+    node = tree.children.get((-1, root_choice))
+    while node is not None:
+        nodes.append(node)
+        sources.append(tree.sources[node])
+        accepted.append(node_choice[node])
+        node = tree.children.get((node, accepted[-1]))
+    sources.append("model")
+    return accepted, sources, nodes

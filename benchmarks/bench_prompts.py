@@ -1,11 +1,22 @@
-"""Issue-2 benchmark: six prompts, SmolLM2-135M-Instruct, float32, greedy, chat template, stop at end of turn.
+"""Prompt benchmark: six prompts (lookahead.bench.prompts, a-f), SmolLM2-135M-Instruct, greedy, chat
+template, stop at end of turn, in each dtype of --dtypes (default bfloat16 and float32), one model per
+dtype loaded side by side.
 
-Strategies run interleaved per prompt (A B C A B C ...), so machine drift hits all of them alike;
-each figure is the median over --repeats. Speedups are ratios against our own autoregressive path,
-measured on the whole generate call (prefill included, as the peers were) and on decode alone.
-Prints a table and ends with one JSON line.
+Per prompt, every (dtype, strategy) runs interleaved (A B C A B C ...), so machine drift hits all of
+them alike; each figure is the median over --repeats.
 
-    python benchmarks/bench_prompts.py [--repeats 3] [--max-new-tokens 256] [--configs 4,4,4;2,3,4]
+Strategies per dtype:
+  autoregressive           the engine, passes padded to the width floor: the identity reference
+  autoregressive/unpadded  the engine's plain width-1 steps (only where a floor exists)
+  hf_generate              transformers' own generate()
+  lookahead, prompt_lookup the engine's speculative strategies (exact: padded like the reference)
+
+Speedups divide the FASTEST autoregressive path's time per generated token (the better of
+autoregressive/unpadded and hf_generate for that prompt and dtype; whole call, prefill included) by
+the strategy's. Identity is against the padded autoregressive path of the same dtype. Prints a table
+and ends with one JSON line.
+
+    python benchmarks/bench_prompts.py [--repeats 3] [--max-new-tokens 256] [--dtypes bfloat16,float32]
 """
 
 from __future__ import annotations
@@ -16,107 +27,115 @@ import math
 import statistics
 import sys
 import time
+from collections.abc import Callable
 
 import torch
 
 import lookahead
 from lookahead import LookaheadConfig
+from lookahead.bench.prompts import PROMPTS
+from lookahead.engine.numerics import width_probe
 
-PROMPTS = {
-    "a": "Write a Python function that checks whether a number is prime, with a docstring and three doctests.",
-    "b": "Write a Python class Stack with push, pop, peek, is_empty and __len__, fully type-annotated.",
-    "c": "Convert this to JSON with keys name, age, city, email for each person: Alice Smith, 34, Paris, "
-         "alice@example.com; Bob Jones, 28, Berlin, bob@example.com; Carol White, 45, Madrid, carol@example.com; "
-         "Dan Brown, 39, Rome, dan@example.com.",
-    "d": "Explain what a hash table is to a beginner in two short paragraphs.",
-    "e": "Write a short poem about the sea at night.",
-    "f": "List the numbers from 1 to 40, one per line, each followed by its square.",
-}
+AR, UNPADDED, HF = "autoregressive", "autoregressive/unpadded", "hf_generate"
 
 
-def hf_run(lm: lookahead.LoadedModel, ids: list[int], max_new: int, pld: int) -> dict:
+def hf_run(lm: lookahead.LoadedModel, ids: list[int], max_new: int) -> dict:
     x = torch.tensor([ids])
-    kwargs = dict(do_sample=False, max_new_tokens=max_new, eos_token_id=list(lm.eos_token_ids),
-                  pad_token_id=lm.eos_token_ids[0], attention_mask=torch.ones_like(x))
-    if pld:
-        kwargs["prompt_lookup_num_tokens"] = pld
     t = time.perf_counter()
     with torch.no_grad():
-        out = lm.model.generate(x, **kwargs)
+        out = lm.model.generate(x, do_sample=False, max_new_tokens=max_new, eos_token_id=list(lm.eos_token_ids),
+                                pad_token_id=lm.eos_token_ids[0], attention_mask=torch.ones_like(x))
     total = time.perf_counter() - t
-    return {"total_s": total, "decode_s": float("nan"), "token_ids": out[0, len(ids):].tolist(), "tps": float("nan")}
+    return {"total_s": total, "token_ids": out[0, len(ids):].tolist(), "tps": 1.0, "q": 1.0}
 
 
-def ours(lm: lookahead.LoadedModel, ids: list[int], max_new: int, strategy: str, cfg: LookaheadConfig | None) -> dict:
-    r = lookahead.generate(lm, ids, max_new_tokens=max_new, strategy=strategy, lookahead=cfg)
+def ours(lm: lookahead.LoadedModel, ids: list[int], max_new: int, strategy: str, exact: bool = True) -> dict:
+    r = lookahead.generate(lm, ids, max_new_tokens=max_new, strategy=strategy, lookahead=LookaheadConfig(),
+                           exact=exact)
     s = r.stats
-    return {"total_s": s.total_s, "decode_s": s.decode_s, "token_ids": r.token_ids, "tps": s.tokens_per_step,
-            "q": s.processed_tokens / max(s.steps, 1)}
+    return {"total_s": s.total_s, "token_ids": r.token_ids, "tps": s.tokens_per_step,
+            "q": s.processed_tokens / max(s.steps, 1), "floor": r.width_floor}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument("--dtypes", default="bfloat16,float32")
     ap.add_argument("--prompts", default="abcdef")
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--configs", default="", help="extra lookahead configs 'W,N,G;W,N,G' (default: the defaults)")
-    ap.add_argument("--no-peers", action="store_true", help="skip transformers generate() and prompt lookup")
+    ap.add_argument("--strategies", default="lookahead,prompt_lookup", help="engine strategies besides the baselines")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    lm = lookahead.load(args.model)
-    cfgs = {"lookahead": LookaheadConfig()}
-    for spec in filter(None, args.configs.split(";")):
-        w, n, g = (int(v) for v in spec.split(","))
-        cfgs[f"la W{w}N{n}G{g}"] = LookaheadConfig(w, n, g)
-    runs: dict[str, callable] = {"autoregressive": lambda ids: ours(lm, ids, args.max_new_tokens, "autoregressive", None)}
-    for name, cfg in cfgs.items():
-        runs[name] = lambda ids, cfg=cfg: ours(lm, ids, args.max_new_tokens, "lookahead", cfg)
-    if not args.no_peers:
-        runs["hf_generate"] = lambda ids: hf_run(lm, ids, args.max_new_tokens, 0)
-        runs["hf_prompt_lookup"] = lambda ids: hf_run(lm, ids, args.max_new_tokens, 3)
+    n = args.max_new_tokens
 
-    results: dict[str, dict[str, list[dict]]] = {p: {k: [] for k in runs} for p in args.prompts}
-    ids_of = {p: lm.encode(PROMPTS[p]) for p in args.prompts}
-    ours(lm, ids_of[args.prompts[0]], 8, "lookahead", LookaheadConfig())  # warm-up
+    runs: dict[tuple[str, str], Callable[[list[int]], dict]] = {}
+    models: dict[str, lookahead.LoadedModel] = {}
+    for dtype in args.dtypes.split(","):
+        lm = models[dtype] = lookahead.load(args.model, dtype=dtype)
+        runs[(dtype, AR)] = lambda ids, lm=lm: ours(lm, ids, n, "autoregressive")
+        if width_probe(lm.model).floor is not None:
+            runs[(dtype, UNPADDED)] = lambda ids, lm=lm: ours(lm, ids, n, "autoregressive", exact=False)
+        runs[(dtype, HF)] = lambda ids, lm=lm: hf_run(lm, ids, n)
+        for strategy in args.strategies.split(","):
+            runs[(dtype, strategy)] = lambda ids, lm=lm, s=strategy: ours(lm, ids, n, s)
+    ids_of = {p: next(iter(models.values())).encode(PROMPTS[p]) for p in args.prompts}
+    for lm in models.values():  # warm-up
+        ours(lm, ids_of[args.prompts[0]], 8, "lookahead")
+
+    results: dict[str, dict[tuple[str, str], list[dict]]] = {p: {k: [] for k in runs} for p in args.prompts}
     for rep in range(args.repeats):
         for p in args.prompts:
-            for name, fn in runs.items():
+            for key, fn in runs.items():
                 row = fn(ids_of[p])
-                results[p][name].append(row)
+                results[p][key].append(row)
+                ref = results[p][(key[0], AR)][0]["token_ids"]
                 # one line per run as it finishes, so an interrupted benchmark still has its data
-                print(json.dumps({"repeat": rep, "prompt": p, "strategy": name, "total_s": row["total_s"],
-                                  "decode_s": row["decode_s"], "tokens": len(row["token_ids"]),
-                                  "tokens_per_step": row["tps"], "query_per_step": row.get("q"),
-                                  "identical": row["token_ids"] == results[p]["autoregressive"][0]["token_ids"]}),
-                      file=sys.stderr, flush=True)
+                print(json.dumps({"repeat": rep, "prompt": p, "dtype": key[0], "strategy": key[1],
+                                  "total_s": row["total_s"], "tokens": len(row["token_ids"]),
+                                  "tokens_per_step": row["tps"], "query_per_step": row["q"],
+                                  "identical": row["token_ids"] == ref}), file=sys.stderr, flush=True)
             print(f"repeat {rep + 1}/{args.repeats} prompt {p} done", file=sys.stderr, flush=True)
 
+    def ms_per_token(rows: list[dict]) -> float:
+        return statistics.median(r["total_s"] / max(len(r["token_ids"]), 1) for r in rows) * 1000
+
     table: dict[str, dict[str, dict]] = {}
-    print(f"\n{'prompt':<7}{'strategy':<18}{'tokens':>7}{'tok/step':>9}{'q/step':>7}{'total s':>9}"
-          f"{'speedup':>9}{'decode x':>9}{'identical':>10}")
+    print(f"\n{'prompt':<7}{'dtype':<10}{'strategy':<25}{'tokens':>7}{'tok/step':>9}{'q/step':>7}{'ms/tok':>8}"
+          f"{'vs fastest AR':>14}{'identical':>10}")
     for p in args.prompts:
-        base = results[p]["autoregressive"]
-        base_total = statistics.median(r["total_s"] for r in base)
-        base_decode = statistics.median(r["decode_s"] for r in base)
         table[p] = {}
-        for name in runs:
-            rows = results[p][name]
-            total = statistics.median(r["total_s"] for r in rows)
-            decode = statistics.median(r["decode_s"] for r in rows)
-            ident = all(r["token_ids"] == base[0]["token_ids"] for r in rows)
-            entry = {"tokens": len(rows[0]["token_ids"]), "tokens_per_step": rows[0]["tps"],
-                     "query_per_step": rows[0].get("q", float("nan")), "total_s": total,
-                     "speedup": base_total / total, "decode_speedup": base_decode / decode if decode == decode else None,
-                     "identical": ident}
-            table[p][name] = entry
-            print(f"{p:<7}{name:<18}{entry['tokens']:>7}{entry['tokens_per_step']:>9.2f}{entry['query_per_step']:>7.1f}"
-                  f"{total:>9.2f}{entry['speedup']:>9.2f}{(entry['decode_speedup'] or float('nan')):>9.2f}{str(ident):>10}")
-    geo = {name: math.exp(statistics.fmean(math.log(table[p][name]["speedup"]) for p in args.prompts)) for name in runs}
-    print("\ngeomean speedup (whole call): " + ", ".join(f"{k} {v:.2f}" for k, v in geo.items()))
-    print(json.dumps({"model": args.model, "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
-                      "threads": args.threads, "defaults": LookaheadConfig().__dict__, "geomean": geo, "table": table}))
+        for dtype in models:
+            fastest = min(ms_per_token(results[p][(dtype, s)]) for s in (UNPADDED, HF) if (dtype, s) in runs)
+            base = results[p][(dtype, AR)][0]["token_ids"]
+            for (d, name), rows in results[p].items():
+                if d != dtype:
+                    continue
+                ms = ms_per_token(rows)
+                entry = {"tokens": len(rows[0]["token_ids"]), "tokens_per_step": rows[0]["tps"],
+                         "query_per_step": rows[0]["q"], "ms_per_token": ms, "speedup": fastest / ms,
+                         "identical": all(r["token_ids"] == base for r in rows)}
+                table[p][f"{dtype} {name}"] = entry
+                print(f"{p:<7}{dtype:<10}{name:<25}{entry['tokens']:>7}{entry['tokens_per_step']:>9.2f}"
+                      f"{entry['query_per_step']:>7.1f}{ms:>8.1f}{entry['speedup']:>14.2f}{str(entry['identical']):>10}")
+    keys = list(table[args.prompts[0]])
+    geo = {k: math.exp(statistics.fmean(math.log(table[p][k]["speedup"]) for p in args.prompts)) for k in keys}
+    ident = {k: sum(table[p][k]["identical"] for p in args.prompts) for k in keys}
+    ar_ratio = {}
+    if {"bfloat16", "float32"} <= set(models):  # bf16 vs float32 autoregressive tokens/s, fastest paths
+        ar_ratio = {p: min(table[p][f"float32 {s}"]["ms_per_token"] for s in (AR, HF)) /
+                    min(table[p][f"bfloat16 {s}"]["ms_per_token"] for s in (UNPADDED, HF)) for p in args.prompts}
+    print("\ngeomean speedup over the fastest autoregressive path of the same dtype:")
+    for k in keys:
+        print(f"  {k:<36}{geo[k]:.2f}x   identical {ident[k]}/{len(args.prompts)}")
+    if ar_ratio:
+        g = math.exp(statistics.fmean(math.log(v) for v in ar_ratio.values()))
+        print(f"bfloat16 vs float32 autoregressive tokens/s (fastest paths): geomean {g:.2f}x")
+    floors = {d: width_probe(m.model).floor for d, m in models.items()}
+    print(json.dumps({"model": args.model, "max_new_tokens": n, "repeats": args.repeats, "threads": args.threads,
+                      "width_floor": floors, "defaults": LookaheadConfig().__dict__, "geomean": geo,
+                      "identical": ident, "bf16_vs_fp32_ar": ar_ratio, "table": table}))
     return 0
 
 

@@ -50,7 +50,9 @@ def test_corrupt_gguf_is_reported(tmp_path: Path, capsys) -> None:
 def test_json_output_shape(capsys) -> None:
     assert main(["generate", "hello hello", *TINY, "--json", "--max-new-tokens", "12"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert set(out) == {"text", "token_ids", "finish_reason", "strategy", "stats"}
+    assert set(out) == {"text", "token_ids", "finish_reason", "strategy", "dtype", "width_floor", "stats"}
+    assert out["dtype"] == "float32"  # tiny test models stay float32 under --dtype auto
+    assert out["width_floor"] is None or (isinstance(out["width_floor"], int) and out["width_floor"] >= 1)
     for key in ("prompt_tokens", "new_tokens", "steps", "tokens_per_step", "guesses_verified",
                 "guesses_accepted", "prefill_s", "decode_s", "tokens_per_s"):
         assert key in out["stats"]
@@ -61,6 +63,7 @@ def test_compare_json_reports_identity_and_speedup(capsys) -> None:
     assert main(["generate", "abcabcabcabc", *TINY, "--raw", "--compare", "--json", "--max-new-tokens", "20"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["identical"] is True
+    assert out["dtype"] == "float32" and out["width_floor"] == out["lookahead"]["width_floor"]
     assert out["autoregressive"]["token_ids"] == out["lookahead"]["token_ids"]
     assert out["speedup"] > 0
 

@@ -7,6 +7,7 @@ Each handler returns the exit code: 0 ok, 1 a lossless-decoding mismatch was fou
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -100,6 +101,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
         _set_threads(cfg.threads)
         print(f"loading {cfg.model} ...", file=sys.stderr)
         loaded = load_model(cfg.model, cfg.dtype)
+        cfg = dataclasses.replace(cfg, dtype=str(loaded.dtype).replace("torch.", ""))  # what "auto" resolved to
         outcome = run_bench(cfg, loaded, chosen)
         if outcome.interrupted:
             print(f"\ninterrupted: {len(outcome.rows)} rows are saved in {cfg.out / 'results.jsonl'}; "
@@ -141,6 +143,7 @@ def run_profile_command(args: argparse.Namespace) -> int:
     from lookahead.bench import plots
     from lookahead.bench.profile import DEFAULT_KS, prefill_decode_share, run_profile, table
     from lookahead.bench.results import read_rows
+    from lookahead.engine.numerics import width_probe
 
     try:
         contexts = parse_ints(args.context, "--context")
@@ -151,6 +154,8 @@ def run_profile_command(args: argparse.Namespace) -> int:
         loaded = load_model(args.model, args.dtype)
         doc = run_profile(loaded, contexts=contexts, ks=ks, repeats=args.repeats,
                           log=lambda m: print(m, file=sys.stderr))
+        doc["dtype"] = str(loaded.dtype).replace("torch.", "")
+        doc["numerics"] = width_probe(loaded.model).to_dict()
         if args.results:
             p = Path(args.results)
             p = p / "results.jsonl" if p.is_dir() else p
@@ -221,7 +226,7 @@ def register(subparsers: Any) -> None:
     b.add_argument("--price-per-hour", type=float, default=DEFAULT_PRICE_PER_HOUR, metavar="USD",
                    help="device price per hour for cost figures")
     b.add_argument("--mix", default=None, metavar="CLASS=SHARE,...", help="traffic mix (default: workload shares)")
-    b.add_argument("--dtype", default="float32")
+    b.add_argument("--dtype", default="auto", help="weights dtype (default auto: the fastest this device runs well)")
     b.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     b.add_argument("--profile-contexts", default="256,1024", help="serving-path profile contexts, or 'none'")
     b.add_argument("--profile", default=None, metavar="FILE_OR_DIR", help="use an existing profile.json instead")
@@ -235,7 +240,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--context", default="256,1024,4096", help="context lengths (comma-separated)")
     p.add_argument("--k", default=None, help="query token counts (default: 20 values from 1 to 128)")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--dtype", default="float32")
+    p.add_argument("--dtype", default="auto", help="weights dtype (default auto: the fastest this device runs well)")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--results", default=None, help="a bench directory: add its prefill/decode time shares")
     p.add_argument("--out", required=True, metavar="DIR")

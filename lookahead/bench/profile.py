@@ -152,4 +152,12 @@ def table(doc: dict[str, Any]) -> str:
         lines.append(f"{c['context']:>8} {ms(1):>9} {ms(8):>9} {ms(32):>9} {ms(128):>10} {c['free_budget_tokens']:>9}  {wng}")
     for s in doc["skipped"]:
         lines.append(f"{s['context']:>8} skipped: {s['reason']}")
+    num = doc.get("numerics")
+    if num:
+        floor = f"{num['floor']} rows (every pass is padded to it: bit-identical rows above it)" if num["floor"] \
+            else "none (passes run unpadded; float rounding may differ between widths)"
+        differ = [w for w, d in num["diffs"].items() if d]
+        lines.append(f"dtype {doc.get('dtype', num['dtype'])}; width floor: {floor}; probed widths 1..{num['max_width']}, "
+                     f"differing: {', '.join(differ) or 'none'}; exact attention: {num['exact_attention']}; "
+                     f"other tree branches exact (gap-invariant): {num['gap_invariant']}")
     return "\n".join(lines)

@@ -57,6 +57,8 @@ class Measurement:
     draft_steps: int = 0  # a draft model's forward passes (speculative), part of device_s
     draft_s: float = 0.0
     ngram_cache_bytes: int = 0  # the class's cross-request n-gram cache after this request
+    dtype: str = ""  # the weights' dtype that ran
+    width_floor: int | None = None  # engine passes were padded to this many rows (None: unpadded)
 
 
 Runner = Callable[[Any, list[int], RunSpec], Measurement]
@@ -96,6 +98,7 @@ def engine_runner(variant: StrategySpec | str) -> Runner:
             lookahead=variant.lookahead_or(spec.lookahead), sampling=spec.sampling,
             prompt_lookup=cfg if isinstance(cfg, PromptLookupConfig) else None,
             speculative=cfg if isinstance(cfg, SpeculativeConfig) else None, ngram_cache=cache,
+            exact=variant.exact,
         )
         wall = time.perf_counter() - wall0
         cpu = time.process_time() - cpu0
@@ -119,6 +122,8 @@ def engine_runner(variant: StrategySpec | str) -> Runner:
             draft_steps=int(s.draft_steps),
             draft_s=float(s.draft_s),
             ngram_cache_bytes=int(cache.memory()["bytes"]) if cache is not None else 0,
+            dtype=result.dtype,
+            width_floor=result.width_floor,
         )
 
     return run
@@ -212,6 +217,7 @@ def hf_runner(prompt_lookup: bool) -> Runner:
             ttft_s=first_end - wall0,
             device_s=sum(e - s for s, e, _ in calls),
             cpu_s=cpu,
+            dtype=str(getattr(loaded, "dtype", "")).replace("torch.", ""),
         )
 
     return run

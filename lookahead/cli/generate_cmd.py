@@ -11,8 +11,11 @@ from typing import Any
 from lookahead.candidates.ngram_cache import NGramCache
 from lookahead.config import STRATEGIES, LookaheadConfig, PromptLookupConfig, SamplingConfig, SpeculativeConfig
 from lookahead.engine import GenerationResult, generate, stream_events
+from lookahead.engine.certify import Certificate, certify
 from lookahead.errors import PromptError
 from lookahead.models import DEFAULT_MODEL, load
+from lookahead.models.dtypes import CHOICES as DTYPE_CHOICES
+from lookahead.models.dtypes import parse as parse_dtype
 
 _STAT_KEYS = ("prompt_tokens", "new_tokens", "steps", "tokens_per_step", "guesses_verified", "guesses_accepted",
               "prefill_s", "decode_s", "tokens_per_s", "device_s", "draft_steps", "draft_s", "accepted_by_source")
@@ -22,7 +25,9 @@ def register(sub: Any) -> None:
     p = sub.add_parser("generate", help="generate text for one prompt")
     p.add_argument("prompt", nargs="?", default=None, help="the prompt, or '-' to read stdin")
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"embedded name, HF folder or .gguf (default {DEFAULT_MODEL})")
-    p.add_argument("--dtype", default="float32", help="float32 (default), bfloat16, float16, float64")
+    p.add_argument("--dtype", default="auto",
+                   help=f"weights dtype: {', '.join(DTYPE_CHOICES)} (default auto: the fastest this device runs well, "
+                        "measured once per model)")
     p.add_argument("--strategy", default="lookahead", choices=STRATEGIES)
     d = LookaheadConfig()
     p.add_argument("--window", "-W", type=int, default=d.window, help=f"lookahead window W (default {d.window})")
@@ -56,6 +61,11 @@ def register(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--no-adaptive", dest="adaptive", action="store_false",
                    help="run every draft as proposed (default: skip speculative work not expected to pay on this device)")
+    p.add_argument("--no-exact", dest="exact", action="store_false",
+                   help="run unpadded (fastest plain path; identical to other strategies only up to float rounding)")
+    p.add_argument("--certify", action="store_true",
+                   help="check the output against a higher-precision forward of the same model and report the "
+                        "tokens that are not its choice")
     p.add_argument("--compare", action="store_true",
                    help="run autoregressive and --strategy (lookahead if that is autoregressive), report speedup and identity")
     p.set_defaults(func=run)
@@ -68,11 +78,15 @@ def _read_prompt(args: argparse.Namespace) -> str:
     return prompt
 
 
-def _payload(r: GenerationResult) -> dict[str, Any]:
+def _payload(r: GenerationResult, cert: Certificate | None) -> dict[str, Any]:
     stats = r.stats.to_dict()
-    return {"text": r.text, "token_ids": r.token_ids, "finish_reason": r.finish_reason, "strategy": r.strategy,
-            "stats": {k: stats[k] for k in _STAT_KEYS} | {"processed_tokens": stats["processed_tokens"],
-                                                          "acceptance_rate": stats["acceptance_rate"]}}
+    out = {"text": r.text, "token_ids": r.token_ids, "finish_reason": r.finish_reason, "strategy": r.strategy,
+           "dtype": r.dtype, "width_floor": r.width_floor,
+           "stats": {k: stats[k] for k in _STAT_KEYS} | {"processed_tokens": stats["processed_tokens"],
+                                                         "acceptance_rate": stats["acceptance_rate"]}}
+    if cert is not None:
+        out["certificate"] = cert.to_dict()
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
@@ -86,12 +100,13 @@ def run(args: argparse.Namespace) -> int:
     spec = SpeculativeConfig(draft=args.draft, draft_tokens=args.draft_tokens)
     if args.max_new_tokens < 1:
         raise PromptError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    parse_dtype(args.dtype)  # an unsupported dtype is refused before the model loads
     cache = None
     if args.ngram_cache is not None:
         cache = NGramCache.load(args.ngram_cache) if args.ngram_cache.exists() else NGramCache()
     loaded = load(args.model, dtype=args.dtype)
     common = dict(max_new_tokens=args.max_new_tokens, lookahead=la, sampling=sampling, stop=args.stop, raw=args.raw,
-                  adaptive=args.adaptive,
+                  adaptive=args.adaptive, exact=args.exact,
                   prompt_lookup=lookup, speculative=spec, ngram_cache=cache)
     try:
         return _run_loaded(args, loaded, prompt, common)
@@ -108,11 +123,16 @@ def _run_loaded(args: argparse.Namespace, loaded: Any, prompt: str, common: dict
         lk = generate(loaded, prompt, strategy=strategy, **common)
         speedup = lk.stats.tokens_per_s / ar.stats.tokens_per_s if ar.stats.tokens_per_s else 0.0
         identical = ar.token_ids == lk.token_ids
+        certs = [_certificate(args, loaded, prompt, r) for r in (ar, lk)]
         if args.json:
-            print(json.dumps({"autoregressive": _payload(ar), strategy: _payload(lk),
+            print(json.dumps({"dtype": lk.dtype, "width_floor": lk.width_floor,
+                              "autoregressive": _payload(ar, certs[0]), strategy: _payload(lk, certs[1]),
                               "speedup": speedup, "identical": identical}))
         else:
             _print_compare(loaded.name, _describe(args, strategy), ar, lk, speedup, identical)
+            for r, cert in zip((ar, lk), certs):
+                if cert is not None:
+                    print(f"faithfulness [{r.strategy}]: {cert.describe()}")
         return 0 if identical else 1
 
     if args.stream and not args.json:
@@ -125,11 +145,28 @@ def _run_loaded(args: argparse.Namespace, loaded: Any, prompt: str, common: dict
         s = result.stats
         draft = f", draft {s.draft_steps} steps {s.draft_s:.2f} s" if s.draft_steps else ""
         print(f"[{result.strategy}] {s.new_tokens} tokens, {s.tokens_per_s:.1f} tok/s, "
-              f"{s.tokens_per_step:.2f} tokens/step{draft}, finish={result.finish_reason}", file=sys.stderr)
+              f"{s.tokens_per_step:.2f} tokens/step{draft}, finish={result.finish_reason}, {result.dtype}, "
+              f"width floor {result.width_floor}", file=sys.stderr)
+        cert = _certificate(args, loaded, prompt, result)
+        if cert is not None:
+            print(f"faithfulness: {cert.describe()}", file=sys.stderr)
         return 0
     result = generate(loaded, prompt, strategy=args.strategy, **common)
-    print(json.dumps(_payload(result)) if args.json else result.text)
+    cert = _certificate(args, loaded, prompt, result)
+    if args.json:
+        print(json.dumps(_payload(result, cert)))
+    else:
+        print(result.text)
+        if cert is not None:
+            print(f"faithfulness: {cert.describe()}", file=sys.stderr)
     return 0
+
+
+def _certificate(args: argparse.Namespace, loaded: Any, prompt: str, r: GenerationResult) -> Certificate | None:
+    if not args.certify:
+        return None
+    sampling = SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+    return certify(loaded.model, loaded.encode(prompt, raw=args.raw), r.token_ids, sampling)
 
 
 def _describe(args: argparse.Namespace, strategy: str) -> str:
@@ -146,7 +183,8 @@ def _print_compare(model: str, described: str, ar: GenerationResult, lk: Generat
                    speedup: float, identical: bool) -> None:
     print(lk.text)
     print()
-    print(f"model {model}, {described}")
+    floor = f"steps padded to {lk.width_floor} rows" if lk.width_floor else "unpadded"
+    print(f"model {model} ({lk.dtype}, {floor}), {described}")
     print(f"{'strategy':<16}{'tokens':>8}{'steps':>8}{'tok/step':>10}{'decode s':>10}{'tok/s':>9}{'total s':>9}")
     for r in (ar, lk):
         s = r.stats

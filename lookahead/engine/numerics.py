@@ -14,20 +14,25 @@ The probe prefills a random context, then runs a contiguous chain of w tokens fo
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 import weakref
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from lookahead.engine.attention import install
+from lookahead.errors import ConfigError
 from lookahead.engine.kvcache import KVCache
 from lookahead.engine.model_runner import ModelRunner
 
 KEY_ALIGN = 64  # exact steps see their keys padded to a multiple of this (engine/kvcache.py)
 USABLE_FLOOR = 16  # a floor above this would make every step as wide as 16 rows: treated as none
 _CONTEXTS = (40, 300, 700)  # cached context lengths the rows are probed over
+_MIN_CONTEXT = 8
 
 
 @dataclass(frozen=True)
@@ -61,13 +66,14 @@ def probe_width_floor(model: Any, max_width: int = 64, seed: int = 0) -> WidthPr
     if max_width < 2:
         raise ValueError("max_width must be >= 2")
     vocab = model.get_output_embeddings().weight.shape[0]
-    limit = _context_limit(model) - max_width - 1
-    if limit < _CONTEXTS[0]:
-        raise ValueError(
+    limit = _context_limit(model) - max_width - 4
+    if limit < _MIN_CONTEXT:
+        raise ConfigError(
             f"the model's context ({_context_limit(model)} tokens) is too short to probe steps of {max_width} rows; "
-            "use a model with a longer context or smaller lookahead settings (fewer query tokens per step)"
+            "use a model with a longer context or smaller lookahead settings (fewer query tokens per step), "
+            "or pass exact=False (--no-exact) to run unpadded"
         )
-    contexts = [c for c in _CONTEXTS if c <= limit]
+    contexts = [c for c in _CONTEXTS if c <= limit] or [limit]
     gen = torch.Generator().manual_seed(seed)
     hi = min(vocab, 32_000)
     tokens = torch.randint(0, hi, (contexts[-1] + max_width + 3,), generator=gen)
@@ -131,23 +137,48 @@ _probes: weakref.WeakKeyDictionary[Any, WidthProbe] = weakref.WeakKeyDictionary(
 _lock = threading.Lock()
 
 
-def width_probe(model: Any, min_width: int = 64) -> WidthProbe:
+def width_probe(model: Any, min_width: int = 64, cache_file: Path | None = None, cache_key: str = "") -> WidthProbe:
     """The model's probe, covering at least `min_width` rows; measured once per model and widened when a
-    wider step comes along (next power of two)."""
+    wider step comes along (next power of two). With `cache_file`, results are kept on disk under
+    `cache_key` (identify the model, its dtype and the device) and reused by later processes."""
     with _lock:
         probe = _probes.get(model)
+        if probe is None and cache_file is not None:
+            probe = _read(cache_file).get(cache_key)
+            if probe is not None and probe.exact_attention and not install(model):
+                probe = None  # the cached verdict assumed an attention this model cannot take now
         if probe is None or probe.max_width < min_width:
             width = max(64, 1 << (max(min_width, 2) - 1).bit_length())
-            width = min(width, max(min_width, _context_limit(model) - _CONTEXTS[0] - 1))
+            width = max(2, min(width, max(min_width, _context_limit(model) - _CONTEXTS[0] - 4)))
             probe = probe_width_floor(model, width)
-            _probes[model] = probe
+            if cache_file is not None:
+                _write(cache_file, cache_key, probe)
+        _probes[model] = probe
         return probe
 
 
-def set_width_probe(model: Any, probe: WidthProbe) -> None:
-    """Install a probe result for `model` (e.g. one read from a cache file)."""
-    with _lock:
-        _probes[model] = probe
+def _read(path: Path) -> dict[str, WidthProbe]:
+    try:
+        raw = json.loads(path.read_text())
+        return {k: WidthProbe(v["floor"], v["max_width"], {int(w): d for w, d in v["diffs"].items()}, v["dtype"],
+                              v["gap_invariant"], v["exact_attention"]) for k, v in raw.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+
+
+def _write(path: Path, key: str, probe: WidthProbe) -> None:
+    try:
+        raw = json.loads(path.read_text()) if path.exists() else {}
+    except (OSError, ValueError):
+        raw = {}
+    raw[key] = probe.to_dict()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(raw, indent=1, sort_keys=True))
+        tmp.replace(path)
+    except OSError:
+        pass  # a read-only cache costs a re-probe next time
 
 
 def _context_limit(model: Any) -> int:

@@ -6,19 +6,18 @@ import json
 import logging
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from lookahead.errors import ModelNotFoundError, PromptError
+from lookahead.models import dtypes
 from lookahead.models.registry import EMBEDDED, cache_root
 
 Messages = Sequence[dict[str, str]]
 PromptLike = str | Messages | Sequence[int]
-
-_DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @dataclass(frozen=True)
@@ -56,17 +55,36 @@ class LoadedModel:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
 
-def parse_dtype(dtype: str | torch.dtype) -> torch.dtype:
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    if dtype not in _DTYPES:
-        raise ModelNotFoundError(f"unknown dtype {dtype!r}; choose one of {', '.join(_DTYPES)}")
-    return _DTYPES[dtype]
+def parse_dtype(dtype: str | torch.dtype) -> torch.dtype | None:
+    """A torch dtype, or None for "auto" (see models/dtypes.py); a one-line error naming the choices."""
+    return dtypes.parse(dtype)
 
 
-def load(name_or_path: str = "smollm2-135m-instruct", *, dtype: str | torch.dtype = "float32") -> LoadedModel:
-    """Load an embedded model by name, a Hugging Face model folder, or a .gguf file."""
-    torch_dtype = parse_dtype(dtype)
+def load(name_or_path: str = "smollm2-135m-instruct", *, dtype: str | torch.dtype | None = "auto",
+         probe: bool = True) -> LoadedModel:
+    """Load an embedded model by name, a Hugging Face model folder, a .gguf file, or `tiny:ARCH`.
+
+    dtype: "auto" (default: the fastest dtype this device runs well, measured once per model and
+    device), a dtype name, or a torch dtype. probe: measure the model's width floor now
+    (engine/numerics.py) rather than inside the first generate call."""
+    requested = parse_dtype(dtype) if dtype is not None else None
+    loaded = _load(name_or_path, requested or torch.float32)
+    tiny = name_or_path.startswith("tiny:")
+    key = f"{loaded.name}|{sum(p.numel() for p in loaded.model.parameters())}"
+    if requested is None and not tiny:  # tiny test models stay float32: their timings mean nothing
+        chosen = dtypes.choose(loaded.model, key)
+        if chosen != loaded.dtype:
+            loaded.model.to(chosen)
+            loaded = replace(loaded, dtype=chosen)
+    if probe:
+        from lookahead.engine.numerics import width_probe
+
+        cache = None if tiny else cache_root() / "width-probes.json"
+        width_probe(loaded.model, cache_file=cache, cache_key=f"{key}|{loaded.dtype}|{dtypes.device_signature()}")
+    return loaded
+
+
+def _load(name_or_path: str, torch_dtype: torch.dtype) -> LoadedModel:
     if name_or_path.startswith("tiny:"):  # random-weight test models, built in-process (see lookahead.testing)
         from lookahead.testing import ARCHS, tiny_model
 

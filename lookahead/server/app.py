@@ -197,6 +197,8 @@ def create_app(
             "created": started,
             "owned_by": "lookahead",
             "context_length": loaded.context_length,
+            "dtype": str(loaded.dtype).replace("torch.", ""),
+            "width_floor": _width_floor(loaded.model),
         }
 
     @app.get("/v1/models", summary="The one loaded model")
@@ -283,3 +285,10 @@ async def _stream(request: Request, job: Job, completion: Completion, include_us
     finally:
         watcher.cancel()
         job.cancel("disconnect")  # no effect once the job has ended
+
+
+def _width_floor(model: Any) -> int | None:
+    """The floor every exact pass is padded to (engine/numerics.py), probed once per model."""
+    from lookahead.engine.numerics import width_probe
+
+    return width_probe(model).floor

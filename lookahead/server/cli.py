@@ -43,7 +43,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--model", default=None, help="embedded model name, HF folder or .gguf file (default: the embedded SmolLM2)"
     )
-    p.add_argument("--dtype", default="float32", help="weights dtype: float32 (default), bfloat16, float16, float64")
+    p.add_argument("--dtype", default="auto",
+                   help="weights dtype: auto (default: the fastest this device runs well, measured once per model), "
+                        "float32, bfloat16, float16, float64")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     p.add_argument(

@@ -24,14 +24,8 @@ LoadFn = Callable[[str, Any], Any]  # (name or path, torch dtype) -> LoadedModel
 def load_model(name: str | None, dtype: Any) -> Any:
     """The model to serve. `tiny:ARCH` builds the tests' random model (no download, instant)."""
     import lookahead
-    from lookahead.models.loader import parse_dtype
 
-    torch_dtype = parse_dtype(dtype)
-    if name is not None and name.startswith(TINY_PREFIX):
-        from lookahead.testing import tiny_model
-
-        return tiny_model(name[len(TINY_PREFIX) :], dtype=torch_dtype)
-    return lookahead.load(name or lookahead.DEFAULT_MODEL, dtype=torch_dtype)
+    return lookahead.load(name or lookahead.DEFAULT_MODEL, dtype=dtype)
 
 
 def load_policy_drafts(policy: Policy, target: Any, load: LoadFn = load_model) -> dict[str, Any]:

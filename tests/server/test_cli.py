@@ -56,7 +56,7 @@ def test_register_adds_serve_with_defaults(monkeypatch: pytest.MonkeyPatch) -> N
         (["--policy", "/nonexistent/policy.json"], "does not exist"),
         (["--model", "/nonexistent/model"], "no model at '/nonexistent/model'"),
         (["--model", "tiny:llama", "--dtype", "float8"], "unknown dtype 'float8'"),
-        (["--model", "tiny:transformer"], "unknown tiny architecture"),
+        (["--model", "tiny:transformer"], "unknown tiny model"),
     ],
 )
 def test_bad_flags_exit_2_with_one_error_line(

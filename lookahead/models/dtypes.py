@@ -1,0 +1,139 @@
+"""Which weights dtype to run: `auto` picks the fastest one this device runs well, by measurement.
+
+A device qualifies for bfloat16 when it has bf16 kernels (x86 CPUs with avx512_bf16 or amx_bf16; CUDA
+GPUs that report bf16 support); then both dtypes are timed on the model itself (a decode-sized forward
+over a short cached context, median of several) and bfloat16 is chosen only if it is clearly faster.
+The verdict is cached per (model, device) in <cache>/dtype-choices.json, so the timing runs once.
+`--dtype NAME` still overrides; a dtype this device cannot run well is refused with the choices.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lookahead.errors import ConfigError
+from lookahead.models.registry import cache_root
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
+CHOICES = ("auto", *DTYPES)
+BF16_MARGIN = 0.9  # bfloat16 must take at most this share of float32's time to be chosen
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags (Linux /proc/cpuinfo; empty elsewhere)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags") or line.startswith("Features"):
+                return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+@functools.lru_cache(maxsize=1)
+def device_signature() -> str:
+    """Identifies the machine's kernels for the dtype cache: CPU model, torch version, threads."""
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{model}|torch {torch.__version__}|threads {torch.get_num_threads()}"
+
+
+def supported(device: str = "cpu") -> tuple[str, ...]:
+    """The dtypes this device runs with real kernels (auto first)."""
+    flags = cpu_flags()
+    out = ["auto", "float32", "float64"]
+    if device.startswith("cuda"):
+        out.append("float16")
+        if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+            out.append("bfloat16")
+        return tuple(out)
+    if flags & {"avx512_bf16", "amx_bf16"} or platform.machine() in ("arm64", "aarch64") and "bf16" in flags:
+        out.append("bfloat16")
+    if flags & {"avx512_fp16", "amx_fp16"} or platform.machine() in ("arm64", "aarch64") and "fphp" in flags:
+        out.append("float16")
+    return tuple(out)
+
+
+def parse(dtype: str | torch.dtype, device: str = "cpu") -> torch.dtype | None:
+    """A torch dtype, or None for "auto". Strings are checked against what this device supports."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in CHOICES:
+        raise ConfigError(f"unknown dtype {dtype!r}; choose one of {', '.join(supported(device))}")
+    if dtype not in supported(device):
+        raise ConfigError(f"dtype {dtype} is not supported on this device ({device}: no {dtype} kernels); "
+                          f"choose one of {', '.join(supported(device))}")
+    return None if dtype == "auto" else DTYPES[dtype]
+
+
+def choose(model: Any, key: str, device: str = "cpu") -> torch.dtype:
+    """The dtype `auto` resolves to for `model` (loaded in float32), measured once and cached under `key`."""
+    if "bfloat16" not in supported(device):
+        return torch.float32
+    cache_file = cache_root() / "dtype-choices.json"
+    entry = f"{key}|{device_signature()}"
+    known = _read(cache_file)
+    if entry in known and known[entry].get("dtype") in DTYPES:
+        return DTYPES[known[entry]["dtype"]]
+    t32 = _step_time(model)
+    t16 = _step_time(copy.deepcopy(model).to(torch.bfloat16))
+    chosen = "bfloat16" if t16 <= BF16_MARGIN * t32 else "float32"
+    known[entry] = {"dtype": chosen, "float32_ms": round(t32 * 1e3, 2), "bfloat16_ms": round(t16 * 1e3, 2)}
+    _write(cache_file, known)
+    return DTYPES[chosen]
+
+
+def _step_time(model: Any, context: int = 128, width: int = 4, repeats: int = 7) -> float:
+    """Median seconds of a decode-sized forward (`width` rows over `context` cached tokens)."""
+    from lookahead.engine.kvcache import KVCache
+    from lookahead.engine.model_runner import ModelRunner
+
+    vocab = model.get_output_embeddings().weight.shape[0]
+    gen = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, min(vocab, 32_000), (context + width,), generator=gen)
+    runner, cache = ModelRunner(model), KVCache()
+    runner.prefill(cache, tokens[:context].tolist())
+    local = torch.ones(width, width, dtype=torch.bool).tril_()
+    times = []
+    for i in range(repeats + 1):
+        t0 = time.perf_counter()
+        runner.forward(cache, tokens[context:], torch.arange(context, context + width), local, torch.arange(width))
+        cache.crop(-width)
+        if i:  # the first is a warm-up
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _write(path: Path, data: dict[str, Any]) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+        tmp.replace(path)
+    except OSError:
+        pass  # a read-only cache only costs a re-measurement next time

@@ -1,0 +1,140 @@
+"""Exact steps at reduced precision: the width probe, padding, key alignment, the exact attention, and
+bfloat16 lookahead == bfloat16 autoregressive decoding bit for bit on every tiny architecture."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+import lookahead
+from lookahead import LookaheadConfig, SamplingConfig
+from lookahead.engine.attention import install
+from lookahead.engine.kvcache import KVCache
+from lookahead.engine.model_runner import ModelRunner
+from lookahead.engine.numerics import KEY_ALIGN, probe_width_floor, width_probe
+from lookahead.errors import ConfigError
+from lookahead.testing import ARCHS, tiny_model
+
+from .helpers import model64, prompts
+
+
+@functools.lru_cache(maxsize=None)
+def model16(arch: str) -> lookahead.LoadedModel:
+    return tiny_model(arch, dtype=torch.bfloat16, seed=1)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_bf16_lookahead_equals_bf16_autoregressive(arch: str) -> None:
+    lm = model16(arch)
+    probe = width_probe(lm.model)
+    assert probe.floor is not None and probe.exact_attention, probe
+    accepted = 0
+    for i, text in enumerate(prompts(12)):
+        ids = lm.encode(text, raw=True)
+        sampling = SamplingConfig(temperature=0.9, top_p=0.95, seed=i) if i % 3 == 2 else None
+        ar = lookahead.generate(lm, ids, max_new_tokens=32, strategy="autoregressive", sampling=sampling)
+        la = lookahead.generate(lm, ids, max_new_tokens=32, lookahead=LookaheadConfig(2, 4, 4), sampling=sampling,
+                                adaptive=False)
+        assert la.token_ids == ar.token_ids, f"{arch} prompt {i}"
+        assert (ar.dtype, ar.width_floor) == ("bfloat16", probe.floor) == (la.dtype, la.width_floor)
+        accepted += la.stats.guesses_accepted
+    assert accepted > 0, "no guess was accepted: the test would prove nothing"
+
+
+def test_float64_models_probe_as_width_invariant() -> None:
+    # float64 with the exact attention: every width computes every row the same, so no padding is needed
+    probe = width_probe(model64("llama").model)
+    assert probe.floor == 1 and probe.exact_attention and probe.gap_invariant
+
+
+class _WidthDependent(torch.nn.Module):
+    """Adds `scale` to every hidden state when the pass has fewer than `below` rows (or always a
+    width-dependent amount when below is None): a planted kernel that is not width-invariant."""
+
+    def __init__(self, below: int | None, scale: float) -> None:
+        super().__init__()
+        self.below, self.scale = below, scale
+
+    def hook(self, module: torch.nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
+        rows = output.shape[1]
+        if self.below is None:
+            return output + self.scale * rows
+        return output + self.scale if rows < self.below else output
+
+
+def _planted(below: int | None) -> lookahead.LoadedModel:
+    lm = tiny_model("llama", dtype=torch.float64, seed=2)
+    lm.model.model.norm.register_forward_hook(_WidthDependent(below, 1e-3).hook)
+    return lm
+
+
+def test_probe_finds_a_planted_floor() -> None:
+    probe = probe_width_floor(_planted(5).model, max_width=24)
+    assert probe.floor == 5
+    assert all(probe.diffs[w] > 0 for w in (1, 2, 3, 4)) and all(probe.diffs[w] == 0 for w in probe.diffs if w >= 5)
+
+
+def test_probe_says_no_floor_when_rows_are_never_invariant_and_the_engine_runs_unpadded() -> None:
+    lm = _planted(None)
+    probe = width_probe(lm.model)
+    assert probe.floor is None and not probe.gap_invariant
+    r = lookahead.generate(lm, lm.encode("abcabcabc", raw=True), max_new_tokens=8)
+    assert r.width_floor is None
+
+
+def test_padded_passes_compute_rows_as_wider_passes_do() -> None:
+    # planted floor 5: a 1-row pass padded to 5 rows gives the row what a 12-row pass gives it
+    lm = _planted(5)
+    ids = torch.tensor(lm.encode("the quick brown fox jumps", raw=True))
+    n = ids.numel()
+
+    def row(runner: ModelRunner, width: int) -> torch.Tensor:
+        cache = KVCache(KEY_ALIGN)
+        runner.prefill(cache, ids[: n - 1].tolist())
+        toks = ids[n - 1 :].repeat(width)
+        local = torch.eye(width, dtype=torch.bool)
+        out = runner.forward(cache, toks, torch.full((width,), n - 1), local, torch.tensor([0]))
+        assert cache.get_seq_length() == n - 1 + width  # the dummy rows were dropped again
+        return out[0]
+
+    assert install(lm.model)
+    padded, plain = ModelRunner(lm.model, floor=5, exact_attention=True), ModelRunner(lm.model, exact_attention=True)
+    wide = row(plain, 12)
+    torch.testing.assert_close(row(padded, 1), wide, rtol=0, atol=1e-9)  # float64 rounding aside: same row
+    assert (row(plain, 1) - wide).abs().max() > 1e-5  # unpadded, the planted 1e-3 shows
+
+
+def test_keys_are_zero_padded_to_the_alignment_and_the_length_stays_real() -> None:
+    cache = KVCache(key_align=8)
+    k = torch.ones(1, 2, 5, 4)
+    keys, values = cache.update(k, 2 * k, 0)
+    assert keys.shape[-2] == 8 and cache.get_seq_length() == 5
+    assert torch.equal(keys[..., 5:, :], torch.zeros(1, 2, 3, 4)) and torch.equal(values[..., :5, :], 2 * k)
+    cache.keep(3, torch.tensor([0]))  # of the 2 entries after a prefix of 3, keep the first
+    keys, _ = cache.update(torch.full((1, 2, 1, 4), 7.0), torch.full((1, 2, 1, 4), 7.0), 0)
+    assert cache.get_seq_length() == 5 and keys.shape[-2] == 8
+    assert keys[0, 0, 4, 0] == 7.0 and torch.equal(keys[..., 5:, :], torch.zeros(1, 2, 3, 4))  # stale rows zeroed
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_exact_attention_equals_sdpa_in_float64(arch: str) -> None:
+    lm = model64(arch)
+    width_probe(lm.model)  # installs the exact attention
+    ids = torch.tensor(lm.encode("lorem ipsum dolor sit amet", raw=True))
+    n = ids.numel()
+    causal = torch.ones(n, n, dtype=torch.bool).tril_()
+    exact = ModelRunner(lm.model, exact_attention=True).forward(KVCache(KEY_ALIGN), ids, torch.arange(n), causal,
+                                                                torch.arange(n))
+    with torch.no_grad():  # outside the engine's passes the model runs transformers' SDPA as before
+        ref = lm.model(ids[None]).logits[0]
+    torch.testing.assert_close(exact, ref, rtol=1e-10, atol=1e-10)
+
+
+def test_a_model_whose_context_is_too_short_to_probe_gets_a_clear_error() -> None:
+    lm = tiny_model("llama", dtype=torch.float64, max_position_embeddings=24)
+    with pytest.raises(ConfigError, match="too short to probe"):
+        lookahead.generate(lm, lm.encode("ab", raw=True), max_new_tokens=2)
+    # unpadded decoding needs no probe
+    assert len(lookahead.generate(lm, lm.encode("ab", raw=True), max_new_tokens=2, exact=False).token_ids) == 2

@@ -37,17 +37,18 @@ def exact_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: 
 
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
-    groups = query.shape[1] // key.shape[1]
-    if groups > 1:  # grouped-query attention: each key/value head serves `groups` query heads
-        key = key.repeat_interleave(groups, dim=1)
-        value = value.repeat_interleave(groups, dim=1)
-    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    b, h, q, d = query.shape
+    kv_heads, k = key.shape[1], key.shape[2]
+    groups = h // kv_heads  # grouped-query attention: query heads kv*groups .. kv*groups+groups-1 share kv head kv
+    query = query.reshape(b, kv_heads, groups * q, d)  # [B, Hkv, G*Q, D]: no copy of the keys
+    scale = scaling if scaling is not None else d ** -0.5
     acc = torch.promote_types(query.dtype, torch.float32)  # softmax in float32 at least (float64 stays)
-    scores = torch.matmul(query, key.transpose(-1, -2)).to(acc) * scale  # [B, H, Q, K]
+    scores = torch.matmul(query, key.transpose(-1, -2)).to(acc) * scale  # [B, Hkv, G*Q, K]
     if attention_mask is not None:
-        scores = scores + attention_mask[..., : key.shape[-2]].to(acc)
+        mask = attention_mask[..., :k].to(acc)  # [B, 1, Q, K]
+        scores = (scores.view(b, kv_heads, groups, q, k) + mask[:, :, None]).view(b, kv_heads, groups * q, k)
     probs = torch.softmax(scores, dim=-1).to(value.dtype)
-    out = torch.matmul(probs, value)  # [B, H, Q, D]
+    out = torch.matmul(probs, value).view(b, h, q, d)  # [B, H, Q, D]
     return out.transpose(1, 2).contiguous(), None
 
 

@@ -29,6 +29,7 @@ from lookahead.errors import ConfigError
 from lookahead.engine.kvcache import KVCache
 from lookahead.engine.model_runner import ModelRunner
 
+PROBE_VERSION = 2  # bump when the engine's numerics change (cached probes of older versions are ignored)
 KEY_ALIGN = 64  # exact steps see their keys padded to a multiple of this (engine/kvcache.py)
 USABLE_FLOOR = 16  # a floor above this would make every step as wide as 16 rows: treated as none
 _CONTEXTS = (40, 300, 700)  # cached context lengths the rows are probed over

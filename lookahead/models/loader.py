@@ -77,10 +77,10 @@ def load(name_or_path: str = "smollm2-135m-instruct", *, dtype: str | torch.dtyp
             loaded.model.to(chosen)
             loaded = replace(loaded, dtype=chosen)
     if probe:
-        from lookahead.engine.numerics import width_probe
+        from lookahead.engine.numerics import PROBE_VERSION, width_probe
 
         cache = None if tiny else cache_root() / "width-probes.json"
-        width_probe(loaded.model, cache_file=cache, cache_key=f"{key}|{loaded.dtype}|{dtypes.device_signature()}")
+        width_probe(loaded.model, cache_file=cache, cache_key=f"{key}|{loaded.dtype}|{dtypes.device_signature()}|{PROBE_VERSION}")
     return loaded
 
 

@@ -16,7 +16,8 @@ autoregressive/unpadded and hf_generate for that prompt and dtype; whole call, p
 the strategy's. Identity is against the padded autoregressive path of the same dtype. Prints a table
 and ends with one JSON line.
 
-    python benchmarks/bench_prompts.py [--repeats 3] [--max-new-tokens 256] [--dtypes bfloat16,float32]
+    python benchmarks/bench_prompts.py [--repeats 3] [--max-new-tokens 256] [--dtypes bfloat16,float32] \
+        [--variants "1,4,4,7"]
 """
 
 from __future__ import annotations
@@ -49,8 +50,9 @@ def hf_run(lm: lookahead.LoadedModel, ids: list[int], max_new: int) -> dict:
     return {"total_s": total, "token_ids": out[0, len(ids):].tolist(), "tps": 1.0, "q": 1.0}
 
 
-def ours(lm: lookahead.LoadedModel, ids: list[int], max_new: int, strategy: str, exact: bool = True) -> dict:
-    r = lookahead.generate(lm, ids, max_new_tokens=max_new, strategy=strategy, lookahead=LookaheadConfig(),
+def ours(lm: lookahead.LoadedModel, ids: list[int], max_new: int, strategy: str, exact: bool = True,
+         cfg: LookaheadConfig | None = None) -> dict:
+    r = lookahead.generate(lm, ids, max_new_tokens=max_new, strategy=strategy, lookahead=cfg or LookaheadConfig(),
                            exact=exact)
     s = r.stats
     return {"total_s": s.total_s, "token_ids": r.token_ids, "tps": s.tokens_per_step,
@@ -66,7 +68,14 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--strategies", default="lookahead,prompt_lookup", help="engine strategies besides the baselines")
+    ap.add_argument("--variants", default="", metavar="W,N,G[,T];...",
+                    help="extra lookahead shapes (T: context_tokens), each run as 'lookahead W=.. N=.. G=.. T=..'")
     args = ap.parse_args()
+    variants = {}
+    for spec in filter(None, args.variants.split(";")):
+        w, n_, g, *t = (int(v) for v in spec.split(","))
+        cfg = LookaheadConfig(w, n_, g, context_tokens=t[0] if t else None)
+        variants[f"lookahead W={w} N={n_} G={g}" + (f" T={t[0]}" if t else "")] = cfg
     torch.set_num_threads(args.threads)
     n = args.max_new_tokens
 
@@ -80,6 +89,8 @@ def main() -> int:
         runs[(dtype, HF)] = lambda ids, lm=lm: hf_run(lm, ids, n)
         for strategy in args.strategies.split(","):
             runs[(dtype, strategy)] = lambda ids, lm=lm, s=strategy: ours(lm, ids, n, s)
+        for label, cfg in variants.items():
+            runs[(dtype, label)] = lambda ids, lm=lm, c=cfg: ours(lm, ids, n, "lookahead", cfg=c)
     ids_of = {p: next(iter(models.values())).encode(PROMPTS[p]) for p in args.prompts}
     for lm in models.values():  # warm-up
         ours(lm, ids_of[args.prompts[0]], 8, "lookahead")

@@ -25,16 +25,18 @@ class LookaheadConfig:
         longer candidate then settles more tokens per step, at the price of more query tokens.
     max_pool_per_key: n-grams kept per first token (oldest dropped first).
 
-    Defaults were measured on a 2-core CPU with SmolLM2-135M (README, "Performance"); on such a device
-    the speculation gate (engine/gate.py) decides per step whether verifying guesses pays at all.
+    Defaults were measured on a 2-core CPU with SmolLM2-135M in bfloat16 and float32 (README,
+    "Performance"). Exact steps at reduced precision verify one chain (engine/query.py), so the rows
+    are better spent on a long copied chain (context_tokens=7) than on a wide Jacobi window (W=1); on
+    such a device the speculation gate (engine/gate.py) decides per step whether verifying pays at all.
     """
 
-    window: int = 2
+    window: int = 1
     ngram: int = 4
     guesses: int = 4
     context_ngrams: bool = True
     max_pool_per_key: int = 16
-    context_tokens: int | None = None
+    context_tokens: int | None = 7
 
     def __post_init__(self) -> None:
         if not isinstance(self.window, int) or self.window < 1:

@@ -34,7 +34,7 @@ def register(sub: Any) -> None:
     p.add_argument("--ngram", "-N", type=int, default=d.ngram, help=f"n-gram size N (default {d.ngram})")
     p.add_argument("--guesses", "-G", type=int, default=d.guesses, help=f"verified n-grams per step G (default {d.guesses})")
     p.add_argument("--context-tokens", type=int, default=d.context_tokens, metavar="T",
-                   help="lookahead: longest prompt/context or cached candidate, in tokens (default N-1)")
+                   help=f"lookahead: longest prompt/context or cached candidate, in tokens (default {d.context_tokens})")
     sp = SpeculativeConfig()
     p.add_argument("--draft", default=sp.draft, metavar="MODEL_OR_self:L",
                    help="speculative: a draft model sharing the tokenizer (name or path), or self:L for the target's "

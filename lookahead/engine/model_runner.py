@@ -82,11 +82,8 @@ class ModelRunner:
         return logits
 
     def prefill(self, cache: KVCache, tokens: list[int]) -> None:
-        """Cache `tokens` (positions 0..n-1) in one causal pass; no logits are read back."""
-        self.prefill_more(cache, tokens)
-
-    def prefill_more(self, cache: KVCache, tokens: list[int]) -> None:
-        """Append `tokens` after what the cache holds, in one causal pass; no logits are read back."""
+        """Append `tokens` after what the cache holds (positions follow on), in one causal pass; no
+        logits are read back."""
         n = len(tokens)
         if not n:
             return

@@ -84,7 +84,7 @@ def probe_width_floor(model: Any, max_width: int = 64, seed: int = 0) -> WidthPr
     diffs: dict[int, float] = {}
     gap_invariant = True
     for i, ctx in enumerate(contexts):
-        runner.prefill_more(cache, tokens[cache.get_seq_length() : ctx].tolist())
+        runner.prefill(cache, tokens[cache.get_seq_length() : ctx].tolist())
         chain = tokens[ctx : ctx + max_width + 3]
         rows: dict[int, torch.Tensor] = {}
         for w in probed_widths(max_width, dense=i == 0):

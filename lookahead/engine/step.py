@@ -15,7 +15,7 @@ import torch
 from lookahead.engine.draft import Draft, StepOutcome
 from lookahead.engine.gate import GateConfig, SpeculationGate
 from lookahead.engine.kvcache import KVCache
-from lookahead.engine.model_runner import ModelRunner
+from lookahead.engine.model_runner import ForwardTimer, ModelRunner
 from lookahead.engine.numerics import KEY_ALIGN, WidthProbe
 from lookahead.engine.query import build_query, verify
 from lookahead.engine.sampling import TokenChooser
@@ -28,18 +28,19 @@ class StepRunner:
 
     def __init__(self, model: Any, chooser: TokenChooser, gate: GateConfig = GateConfig(),
                  numerics: WidthProbe | None = None) -> None:
-        floor = numerics.floor if numerics is not None else None
-        self.model = ModelRunner(model, floor, exact_attention=floor is not None and numerics.exact_attention)  # type: ignore[union-attr]
+        exact = numerics is not None and numerics.floor is not None
+        self.model = ModelRunner(model, numerics.floor if exact else None,  # type: ignore[union-attr]
+                                 exact_attention=exact and numerics.exact_attention)  # type: ignore[union-attr]
         self.chooser = chooser
         self.gate = SpeculationGate(gate)
-        self.chain_only = floor is not None and not numerics.gap_invariant  # type: ignore[union-attr]
+        self.chain_only = exact and not numerics.gap_invariant  # type: ignore[union-attr]
 
     def new_cache(self) -> KVCache:
         """A cache for this runner: keys aligned (engine/kvcache.py) when passes are padded for exactness."""
         return KVCache(KEY_ALIGN if self.model.floor else 1)
 
     @property
-    def timer(self):  # noqa: ANN201 - ForwardTimer
+    def timer(self) -> ForwardTimer:
         return self.model.timer
 
     def prefill(self, cache: KVCache, prompt: list[int]) -> None:

@@ -51,6 +51,7 @@ STRATEGY_BLOCK: dict[str, str] = {  # strategies not listed take no parameters
 }
 _DECISION_KEYS = ("strategy", *_BLOCKS)
 _WRITTEN_IF_CHANGED = {"context_ngrams", "max_pool_per_key", "context_tokens"}  # advanced knobs, written only when not default
+_NULLABLE = {"context_tokens"}  # null means "N-1 tokens", not the default
 
 
 class PolicyError(ConfigError):
@@ -324,7 +325,7 @@ def _block(params: Any, kind: type, source: str, where: str) -> Any:
         default = getattr(defaults, key)
         expected = int if default is None else type(default)  # optional knobs (context_tokens) are integers
         ok = isinstance(v, bool) if expected is bool else isinstance(v, expected) and not isinstance(v, bool)
-        ok = ok or (default is None and v is None)
+        ok = ok or (v is None and (default is None or key in _NULLABLE))
         if not ok:
             kind_name = {bool: "true or false", int: "an integer", str: "a string"}.get(expected, expected.__name__)
             raise PolicyError(f"{source}: {where}.{key}: must be {kind_name}, got {v!r}")

@@ -201,8 +201,12 @@ def test_per_class_caches_are_opt_in_and_saved_together(tmp_path: Path) -> None:
 def test_context_candidates_take_context_tokens_jacobi_ones_stay_n_minus_1() -> None:
     # context 1 2 3 4 5 6 7 8 9 1 2 3: the suffix (1 2 3) occurred at the start, followed by 4 5 6 7 8 9.
     context = [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3]
-    # N=4: by default a candidate is N-1 = 3 tokens, copied or minted
-    assert paths(LookaheadProposer(LookaheadConfig(2, 4, 1), context).propose(context, 100).tree) == [(4, 5, 6)]
+    # N=4, context_tokens=None: a candidate is N-1 = 3 tokens, copied or minted
+    short = LookaheadConfig(2, 4, 1, context_tokens=None)
+    assert paths(LookaheadProposer(short, context).propose(context, 100).tree) == [(4, 5, 6)]
+    # the default copies up to 7 tokens: the span runs 4..9 and on into the repeat (1)
+    assert paths(LookaheadProposer(LookaheadConfig(2, 4, 1), context).propose(context, 100).tree) == [
+        (4, 5, 6, 7, 8, 9, 1)]
     # context_tokens=5: the copied span runs on to 5 tokens ...
     longer = LookaheadProposer(LookaheadConfig(2, 4, 1, context_tokens=5), context)
     assert paths(longer.propose(context, 100).tree) == [(4, 5, 6, 7, 8)]

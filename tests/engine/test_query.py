@@ -1,0 +1,99 @@
+"""Table tests for the pure pieces of a step: the query layout (build_query), the verify walk and the
+first chain that exact steps verify. Each case writes the expected answer out, with the reason."""
+
+from __future__ import annotations
+
+import torch
+
+from lookahead.candidates.lookahead import JacobiWindow
+from lookahead.engine.draft import CandidateTree
+from lookahead.engine.query import build_query, verify
+
+
+def tree_of(*continuations: tuple[int, ...], source: str = "ctx") -> CandidateTree:
+    tree = CandidateTree()
+    for cont in continuations:
+        tree.add(cont, source)
+    return tree
+
+
+def bools(rows: list[str]) -> torch.Tensor:
+    return torch.tensor([[c == "1" for c in r] for r in rows])
+
+
+def test_root_only() -> None:
+    # a plain one-token step: the root at position p sees itself; its logits are read back
+    q = build_query(7, 40, CandidateTree(), None)
+    assert q.tokens.tolist() == [7] and q.positions.tolist() == [40]
+    assert q.local.tolist() == [[True]] and q.keep.tolist() == [0] and q.n_tree == 0
+
+
+def test_tree_rows_follow_the_root_and_see_their_ancestors() -> None:
+    # candidates "10 11" and "10 12" share their first token: trie nodes 0:10 (depth 1),
+    # 1:11 and 2:12 (depth 2, both children of node 0). Rows: root, then the nodes in trie order.
+    q = build_query(5, 100, tree_of((10, 11), (10, 12)), None)
+    assert q.tokens.tolist() == [5, 10, 11, 12]
+    assert q.positions.tolist() == [100, 101, 102, 102]  # both depth-2 nodes guess position p+2
+    assert torch.equal(q.local, bools([
+        "1000",  # root: itself
+        "1100",  # 10: root, itself
+        "1110",  # 11: root, 10, itself
+        "1101",  # 12: root, 10, itself (not its sibling 11)
+    ]))
+    assert q.keep.tolist() == [0, 1, 2, 3] and q.n_tree == 3
+
+
+def test_aux_rows_come_last_and_only_their_out_rows_are_read() -> None:
+    # One tree node (row 1) and a Jacobi window of W=2 columns x 2 levels (rows 2..5, level-major).
+    # Window token (level l, column i) guesses p+1+l+i and sees the root, level-0 columns 0..i and its
+    # own column's levels 1..l; the newest level (rows 4, 5) is read back as the next iterate.
+    window = JacobiWindow(2, 3, seed_tokens=[1])
+    window.levels = [[20, 21], [22, 23]]
+    q = build_query(5, 10, tree_of((30,)), window.branch())
+    assert q.tokens.tolist() == [5, 30, 20, 21, 22, 23]
+    assert q.positions.tolist() == [10, 11, 11, 12, 12, 13]
+    assert torch.equal(q.local, bools([
+        "100000",  # root
+        "110000",  # tree node 30
+        "101000",  # L0 c0 (p+1): root, itself
+        "101100",  # L0 c1 (p+2): root, L0 c0, itself
+        "101010",  # L1 c0 (p+2): root, L0 c0, itself
+        "101101",  # L1 c1 (p+3): root, L0 c0, L0 c1, itself
+    ]))
+    assert q.keep.tolist() == [0, 1, 4, 5] and q.n_tree == 1
+
+
+def test_verify_follows_the_models_choices_down_the_trie() -> None:
+    # trie 0:10, 1:11 (under 10), 2:12 (under 10). The model picks 10 after the root (node 0 matches),
+    # 12 after node 0 (node 2 matches), 99 after node 2 (no child): accepted 10, 12, then its own 99.
+    tree = tree_of((10, 11), source="jacobi")
+    tree.add((10, 12), "context")
+    accepted, sources, nodes = verify(tree, 10, [12, 77, 99])
+    assert accepted == [10, 12, 99]
+    assert sources == ["jacobi", "context", "model"]  # node 2 was minted by the second source
+    assert nodes == [0, 2]
+
+
+def test_verify_with_no_match_accepts_the_models_token_only() -> None:
+    tree = tree_of((10, 11))
+    assert verify(tree, 42, [11, 12]) == ([42], ["model"], [])
+
+
+def test_verify_stops_at_the_first_mismatch_even_if_a_deeper_node_would_match() -> None:
+    # 10 matches, but the model picks 13 after it while the trie has 11 there: node 1's own choice (12)
+    # is never looked at, because node 1 is not a token the model produced.
+    assert verify(tree_of((10, 11, 12)), 10, [13, 12, 5]) == ([10, 13], ["ctx", "model"], [0])
+
+
+def test_first_chain_is_the_best_ranked_continuation() -> None:
+    # continuations added best first: (1 2 3) then (1 4); the first chain is nodes 0..2 only
+    tree = tree_of((1, 2, 3), (1, 4))
+    chain = tree.first_chain()
+    assert (chain.tokens, chain.parents, chain.depths) == ([1, 2, 3], [-1, 0, 1], [1, 2, 3])
+    assert chain.children == {(-1, 1): 0, (0, 2): 1, (1, 3): 2}
+    # (5) then (6 7): the second continuation starts a new branch at the root, not part of the chain
+    assert tree_of((5,), (6, 7)).first_chain().tokens == [5]
+    # a single chain is returned as is
+    single = tree_of((8, 9))
+    assert single.first_chain() is single
+    assert CandidateTree().first_chain().tokens == []

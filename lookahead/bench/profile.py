@@ -2,7 +2,8 @@
 
 If t(k) stays flat as k grows, the path is bandwidth-bound and verifying guesses is nearly free; the
 free verification budget is the largest k with t(k) <= 1.1 * t(1). The W, N, G that fit it are those
-with 1 + (W + G) * (N - 1) query tokens per lookahead step within the budget.
+with 1 + (W + G) * (N - 1) query tokens per lookahead step within the budget (candidates of N-1
+tokens, i.e. context_tokens=None).
 """
 
 from __future__ import annotations

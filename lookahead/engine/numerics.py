@@ -138,10 +138,10 @@ _probes: weakref.WeakKeyDictionary[Any, WidthProbe] = weakref.WeakKeyDictionary(
 _lock = threading.Lock()
 
 
-def width_probe(model: Any, min_width: int = 64, cache_file: Path | None = None, cache_key: str = "") -> WidthProbe:
-    """The model's probe, covering at least `min_width` rows; measured once per model and widened when a
-    wider step comes along (next power of two). With `cache_file`, results are kept on disk under
-    `cache_key` (identify the model, its dtype and the device) and reused by later processes."""
+def width_probe(model: Any, min_width: int = 2, cache_file: Path | None = None, cache_key: str = "") -> WidthProbe:
+    """The model's probe, covering at least `min_width` rows (64 where the context allows); measured once
+    per model and widened when a wider step comes along (next power of two). With `cache_file`, results
+    are kept on disk under `cache_key` (identify the model, its dtype and the device) and reused."""
     with _lock:
         probe = _probes.get(model)
         if probe is None and cache_file is not None:
@@ -150,7 +150,7 @@ def width_probe(model: Any, min_width: int = 64, cache_file: Path | None = None,
                 probe = None  # the cached verdict assumed an attention this model cannot take now
         if probe is None or probe.max_width < min_width:
             width = max(64, 1 << (max(min_width, 2) - 1).bit_length())
-            width = max(2, min(width, max(min_width, _context_limit(model) - _CONTEXTS[0] - 4)))
+            width = max(2, min(width, max(min_width, _context_limit(model) - _MIN_CONTEXT - 4)))
             probe = probe_width_floor(model, width)
             if cache_file is not None:
                 _write(cache_file, cache_key, probe)

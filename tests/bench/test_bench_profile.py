@@ -19,9 +19,10 @@ def test_budget_and_fitting_configs() -> None:
     for free in (1, 2, 7, 13, 25, 64):
         configs = fitting_configs(free)
         for c in configs:
-            q = LookaheadConfig(window=c["window"], ngram=c["ngram"], guesses=c["guesses"]).query_tokens
+            # the profile's shapes verify N-1-token candidates (context_tokens=None)
+            q = LookaheadConfig(window=c["window"], ngram=c["ngram"], guesses=c["guesses"], context_tokens=None).query_tokens
             assert q == c["query_tokens"] <= free
-            bigger = LookaheadConfig(window=c["window"] + 1, ngram=c["ngram"], guesses=c["guesses"] + 1)
+            bigger = LookaheadConfig(window=c["window"] + 1, ngram=c["ngram"], guesses=c["guesses"] + 1, context_tokens=None)
             assert bigger.query_tokens > free  # the largest symmetric W = G for that N
     assert fitting_configs(2) == [] and recommend([]) is None
     assert recommend(fitting_configs(25)) == {"window": 4, "ngram": 4, "guesses": 4, "query_tokens": 25}

@@ -134,6 +134,7 @@ def test_exact_attention_equals_sdpa_in_float64(arch: str) -> None:
 
 def test_a_model_whose_context_is_too_short_to_probe_gets_a_clear_error() -> None:
     lm = tiny_model("llama", dtype=torch.float64, max_position_embeddings=24)
+    assert width_probe(lm.model).max_width <= 24  # narrow steps can still be probed
     with pytest.raises(ConfigError, match="too short to probe"):
         lookahead.generate(lm, lm.encode("ab", raw=True), max_new_tokens=2)
     # unpadded decoding needs no probe

@@ -14,8 +14,6 @@ The probe prefills a random context, then runs a contiguous chain of w tokens fo
 
 from __future__ import annotations
 
-import json
-import os
 import threading
 import weakref
 from dataclasses import dataclass
@@ -24,6 +22,7 @@ from typing import Any
 
 import torch
 
+from lookahead.cachefile import read_json, update_json
 from lookahead.engine.attention import install
 from lookahead.errors import ConfigError
 from lookahead.engine.kvcache import KVCache
@@ -160,26 +159,14 @@ def width_probe(model: Any, min_width: int = 2, cache_file: Path | None = None, 
 
 def _read(path: Path) -> dict[str, WidthProbe]:
     try:
-        raw = json.loads(path.read_text())
         return {k: WidthProbe(v["floor"], v["max_width"], {int(w): d for w, d in v["diffs"].items()}, v["dtype"],
-                              v["gap_invariant"], v["exact_attention"]) for k, v in raw.items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                              v["gap_invariant"], v["exact_attention"]) for k, v in read_json(path).items()}
+    except (KeyError, TypeError, AttributeError, ValueError):
         return {}
 
 
 def _write(path: Path, key: str, probe: WidthProbe) -> None:
-    try:
-        raw = json.loads(path.read_text()) if path.exists() else {}
-    except (OSError, ValueError):
-        raw = {}
-    raw[key] = probe.to_dict()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(raw, indent=1, sort_keys=True))
-        tmp.replace(path)
-    except OSError:
-        pass  # a read-only cache costs a re-probe next time
+    update_json(path, key, probe.to_dict())
 
 
 def _context_limit(model: Any) -> int:

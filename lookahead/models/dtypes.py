@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import json
-import os
 import platform
 import statistics
 import time
@@ -21,6 +19,7 @@ from typing import Any
 
 import torch
 
+from lookahead.cachefile import read_json, update_json
 from lookahead.errors import ConfigError
 from lookahead.models.registry import cache_root
 
@@ -89,14 +88,14 @@ def choose(model: Any, key: str, device: str = "cpu") -> torch.dtype:
         return torch.float32
     cache_file = cache_root() / "dtype-choices.json"
     entry = f"{key}|{device_signature()}"
-    known = _read(cache_file)
-    if entry in known and known[entry].get("dtype") in DTYPES:
-        return DTYPES[known[entry]["dtype"]]
+    known = read_json(cache_file).get(entry)
+    if isinstance(known, dict) and known.get("dtype") in DTYPES:
+        return DTYPES[known["dtype"]]
     t32 = _step_time(model)
     t16 = _step_time(copy.deepcopy(model).to(torch.bfloat16))
     chosen = "bfloat16" if t16 <= BF16_MARGIN * t32 else "float32"
-    known[entry] = {"dtype": chosen, "float32_ms": round(t32 * 1e3, 2), "bfloat16_ms": round(t16 * 1e3, 2)}
-    _write(cache_file, known)
+    measured = {"dtype": chosen, "float32_ms": round(t32 * 1e3, 2), "bfloat16_ms": round(t16 * 1e3, 2)}
+    update_json(cache_file, entry, measured)
     return DTYPES[chosen]
 
 
@@ -119,21 +118,3 @@ def _step_time(model: Any, context: int = 128, width: int = 4, repeats: int = 7)
         if i:  # the first is a warm-up
             times.append(time.perf_counter() - t0)
     return statistics.median(times)
-
-
-def _read(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
-def _write(path: Path, data: dict[str, Any]) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-        tmp.replace(path)
-    except OSError:
-        pass  # a read-only cache only costs a re-measurement next time

@@ -1,0 +1,31 @@
+"""Small JSON files under the cache (measured verdicts per model and device): read leniently, written
+atomically. A missing, corrupt or read-only file only costs a re-measurement."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """The file's object, or {} when it is missing, unreadable or not a JSON object."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def update_json(path: Path, key: str, value: Any) -> None:
+    """Set `key` in the file's object and write it back atomically (rename); errors are ignored."""
+    data = read_json(path)
+    data[key] = value
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+        tmp.replace(path)
+    except OSError:
+        pass

@@ -99,6 +99,10 @@ class KVCache(Cache):
 
     def keep(self, prefix: int, rows: torch.Tensor) -> None:
         """After a step that appended Q entries to a cache of `prefix`, keep only `rows` of them."""
+        n = rows.numel()
+        if n and int(rows[-1]) == n - 1:  # rows 0..n-1 (ascending, distinct): already in place, no copy
+            self.crop(prefix + n - self.get_seq_length())
+            return
         for layer in self.layers:
             layer.keep(prefix, rows)
 

@@ -48,6 +48,8 @@ def test_rows_are_complete_and_unique(bench_run) -> None:
         assert r["processed_tokens"] >= r["new_tokens"] or r["strategy"].startswith("hf_")
         assert r["max_new_tokens"] == (12 if r["request_id"] == "code-2" else 16)
         assert r["new_tokens"] <= r["max_new_tokens"]
+        assert r["dtype"] == "float32"  # every row says which dtype ran
+        assert r["width_floor"] is None or r["strategy"].startswith("hf_") or r["width_floor"] >= 1
     # identity: engine rows are checked against autoregressive (sampled requests too, same seed);
     # transformers rows only on greedy requests; every checked row is identical.
     for r in rows:

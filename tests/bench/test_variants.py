@@ -149,3 +149,16 @@ def test_cached_winners_tell_the_operator_to_serve_with_the_cache() -> None:
     assert doc["meta"]["ngram_cache_classes"] == ["code"]
     assert doc["meta"]["serve_with"].endswith("--ngram-cache code")
     Policy.from_dict(doc)  # and the server still reads it
+
+
+def test_unpadded_flag_runs_an_engine_strategy_without_the_width_floor() -> None:
+    # /unpadded combines with parameters and /cache in any order; it is not a parameter of the config
+    v = parse_strategy("lookahead/unpadded/W=2/cache", KNOWN)
+    assert (v.exact, v.ngram_cache, v.lookahead_or(RUN_SHAPE).window) == (False, True, 2)
+    assert parse_strategy("autoregressive/unpadded", KNOWN).exact is False
+    assert parse_strategy("autoregressive", KNOWN).exact is True
+
+
+def test_unpadded_is_refused_on_transformers_rows() -> None:
+    with pytest.raises(ConfigError, match="applies to the engine's strategies"):
+        parse_strategy("hf_generate/unpadded", KNOWN)

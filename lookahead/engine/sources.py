@@ -1,0 +1,77 @@
+"""The interface every free candidate source implements, and what it learns from.
+
+A source looks at the context (prompt + generated text; its last token is the step's root) and offers
+guesses for the tokens after the root. It never decides how many are verified: the engine calibrates
+each guess (engine/calibration.py) into a probability that its whole path is accepted, merges every
+source's guesses into one tree, and the allocator (engine/allocator.py) picks the subtree worth its
+cost on this device. After the step every source sees what happened (an `Observation`) and may learn.
+
+Sources live in lookahead/candidates/ and are named in one registry (candidates/registry.py); the
+engine never imports them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from lookahead.engine.draft import AuxBranch
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """Guessed tokens after the root, in order. `feature`: the source's own confidence bucket (for
+    example its match length, or its rank in the source's list); the calibration is kept per
+    (source, feature, depth), so a feature should be a small integer whose buckets differ in how
+    often they are right."""
+
+    tokens: tuple[int, ...]
+    source: str
+    feature: int = 0
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What one step showed. `context`: every token so far, the step's accepted tokens included;
+    `accepted`: the tokens this step appended; `aux_out`: the model's tokens at the aux branch's out
+    rows (empty when no aux branch ran); `successors`: for every row whose logits the step computed,
+    (the row's input token, the model's top-k next tokens at that row, best first). Rows on rejected
+    branches are included: their predictions are still the model's, just for another prefix."""
+
+    context: Sequence[int]
+    accepted: Sequence[int]
+    aux_out: Sequence[int] = ()
+    successors: Sequence[tuple[int, tuple[int, ...]]] = ()
+
+
+@runtime_checkable
+class CandidateSource(Protocol):
+    """A free source of candidates. `name` is its registry name (and the `source` of its candidates)."""
+
+    name: str
+
+    def candidates(self, context: Sequence[int], max_tokens: int, limit: int) -> list[Candidate]:
+        """Up to `limit` guesses of at most `max_tokens` tokens each, best first, no duplicates."""
+        ...
+
+    def observe(self, obs: Observation) -> None:
+        """Learn from a step."""
+        ...
+
+
+@runtime_checkable
+class RunsAuxBranch(Protocol):
+    """A source that needs rows of its own in the step (the Jacobi window): `branch` gives them,
+    `observe` later gets their outputs in `Observation.aux_out`."""
+
+    def branch(self) -> AuxBranch:
+        ...
+
+
+@runtime_checkable
+class WantsSuccessors(Protocol):
+    """A source that learns from the model's top-k next tokens at every computed row: the step
+    computes `top_k` of them per row only when some source asks."""
+
+    top_k: int

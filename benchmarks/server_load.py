@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from lookahead.config import LookaheadConfig
-from lookahead.server.policy import Decision, Policy, Rule, dump_policy, load_policy
+from lookahead.policy import Decision, Policy, Rule, dump_policy, load_policy
 
 # (class, prompt, max_tokens): code and structured text repeat themselves (lookahead's best case),
 # open chat less so, and short requests sit under the policy's autoregressive threshold.

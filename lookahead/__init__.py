@@ -1,7 +1,7 @@
 """lookahead: lossless lookahead decoding for Hugging Face causal LMs.
 
 The public names below are imported on first use (PEP 562), so `import lookahead.config` or
-`import lookahead.server.policy` stays light: torch and transformers load only when a name that
+`import lookahead.policy` stays light: torch and transformers load only when a name that
 needs them (`load`, `generate`, ...) is touched.
 """
 

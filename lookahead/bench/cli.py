@@ -82,7 +82,7 @@ def _profile_for(cfg: BenchConfig, loaded: Any) -> dict[str, Any] | None:
 
 
 def run_bench_command(args: argparse.Namespace) -> int:
-    from lookahead.bench.policy import validate_with_server
+    from lookahead.bench.policy import validate as validate_policy
     from lookahead.bench.report import write_report
     from lookahead.bench.run import run_bench, select_requests
     from lookahead.bench.stats import per_request
@@ -121,7 +121,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
     cfg.out.mkdir(parents=True, exist_ok=True)
     (cfg.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     (cfg.out / "policy.json").write_text(json.dumps(policy, indent=2) + "\n", encoding="utf-8")
-    validate_with_server(cfg.out / "policy.json")
+    validate_policy(cfg.out / "policy.json")
     write_report(cfg.out, summary, per_request(rows), cfg.strategies)
     print(table(summary))
     mism = summary["identity"]["mismatches"]

@@ -1,4 +1,5 @@
-"""policy.json: the recommended strategy per class, in the format the server reads (--policy).
+"""policy.json: the recommended strategy per class, in the lookahead.policy format (what `lookahead serve
+--policy` reads).
 
 A class gets a non-autoregressive strategy only when the lower end of the bootstrap 95% interval of
 device-seconds saved per request is above zero, over at least MIN_PAIRED requests; among such
@@ -11,14 +12,15 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from lookahead.bench.config import BASELINE
 from lookahead.bench.variants import parse_strategy
 from lookahead.config import STRATEGIES as POLICY_STRATEGIES
 from lookahead.config import LookaheadConfig
+from lookahead.policy import POLICY_VERSION, load_policy
 
-POLICY_VERSION = 1
 MIN_PAIRED = 5  # fewer paired requests than this never earn a non-autoregressive recommendation
 
 
@@ -87,10 +89,7 @@ def build_policy(classes: Mapping[str, dict[str, Any]], crossover: Mapping[str, 
     }
 
 
-def validate_with_server(path: Any) -> None:
-    """Load the written file with the server's own loader when the server package is present."""
-    try:
-        from lookahead.server.policy import load_policy
-    except ImportError:
-        return
+def validate(path: str | Path) -> None:
+    """Read the written file back with the policy format's own loader (the one `lookahead serve
+    --policy` uses); raises lookahead.policy.PolicyError if it does not validate."""
     load_policy(path)

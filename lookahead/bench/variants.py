@@ -25,7 +25,7 @@ from typing import Any
 
 from lookahead.config import LookaheadConfig, PromptLookupConfig, SpeculativeConfig
 from lookahead.errors import ConfigError
-from lookahead.server.policy import STRATEGY_BLOCK, Decision
+from lookahead.policy import STRATEGY_BLOCK, Decision
 
 CACHE_FLAG = "cache"
 UNPADDED_FLAG = "unpadded"
@@ -59,7 +59,7 @@ class StrategySpec:
         return dataclasses.replace(default, **dict(self.lookahead_overrides)) if self.lookahead_overrides else default
 
     def decision(self, default_lookahead: LookaheadConfig) -> Decision:
-        """The server-policy form of this strategy (the cross-request cache is a deployment choice,
+        """The lookahead.policy form of this strategy (the cross-request cache is a deployment choice,
         not part of the policy format)."""
         block = STRATEGY_BLOCK.get(self.strategy)
         if block == "lookahead":

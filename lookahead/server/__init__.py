@@ -1,7 +1,7 @@
 """OpenAI-compatible HTTP server (`lookahead serve`). See docs/server.md.
 
-`create_app` and `ServerConfig` are imported lazily, so `lookahead.server.policy` stays usable
-without FastAPI.
+`create_app` and `ServerConfig` are imported lazily, so `import lookahead.server` alone does not pull in
+FastAPI. The policy file format the server reads (`--policy`) lives in `lookahead.policy`.
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ from typing import Any
 from pathlib import Path
 
 from lookahead.errors import LookaheadError
+from lookahead.policy import load_policy
 from lookahead.server.config import CLIENT_OVERRIDES, ServerConfig
-from lookahead.server.policy import load_policy
 from lookahead.server.startup import TINY_PREFIX, load_api_keys, load_model, load_policy_drafts
 
 API_KEY_ENV = "LOOKAHEAD_API_KEY"

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, field
 
 from lookahead.errors import ConfigError
-from lookahead.server.policy import DEFAULT_POLICY, Policy
+from lookahead.policy import DEFAULT_POLICY, Policy
 
 CLIENT_OVERRIDES = ("off", "capped", "on")
 ALL_CLASSES = "*"  # in an API key's cache classes: every opted-in class
@@ -76,7 +76,7 @@ class ServerConfig:
         if self.api_key is not None and (not isinstance(self.api_key, str) or not self.api_key.strip()):
             raise ConfigError("the API key is empty; give a non-empty --api-key or leave it out to disable auth")
         if not isinstance(self.policy, Policy):
-            raise ConfigError("policy must be a lookahead.server.policy.Policy (see load_policy)")
+            raise ConfigError("policy must be a lookahead.policy.Policy (see load_policy)")
         if not _is_int(self.max_queue) or self.max_queue < 1:
             raise ConfigError(f"max queue must be an integer >= 1, got {self.max_queue!r}")
         for name in ("request_timeout_s", "shutdown_timeout_s"):

@@ -12,10 +12,10 @@ from jinja2 import TemplateError
 
 from lookahead.config import LookaheadConfig, SamplingConfig, SpeculativeConfig
 from lookahead.errors import ConfigError, LookaheadError
+from lookahead.policy import Decision
 from lookahead.server.config import ALL_CLASSES, CLASS_RE, ServerConfig
 from lookahead.server.errors import APIError, bad_request
 from lookahead.server.metrics import ServerMetrics
-from lookahead.server.policy import Decision
 from lookahead.server.schemas import ChatCompletionRequest, CommonFields, CompletionRequest
 from lookahead.server.worker import JobSpec
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from lookahead.config import SpeculativeConfig
 from lookahead.errors import ConfigError, LookaheadError
+from lookahead.policy import Policy
 from lookahead.server.config import ALL_CLASSES, CLASS_RE
-from lookahead.server.policy import Policy
 
 TINY_PREFIX = "tiny:"  # test-only model names, e.g. tiny:llama (a random in-process model; see docs/server.md)
 

@@ -22,9 +22,9 @@ from typing import Any
 from lookahead.candidates.ngram_cache import NGramCaches
 from lookahead.config import SamplingConfig
 from lookahead.errors import LookaheadError
+from lookahead.policy import Decision
 from lookahead.server.errors import APIError
 from lookahead.server.metrics import ServerMetrics
-from lookahead.server.policy import Decision
 
 log = logging.getLogger("lookahead.server")
 

@@ -184,7 +184,7 @@ def test_mix_policy_and_crossover_recomputed(bench_run) -> None:
 
 
 def test_policy_is_readable_by_the_server(bench_run) -> None:
-    from lookahead.server.policy import load_policy
+    from lookahead.policy import load_policy
 
     pol = load_policy(bench_run.out / "policy.json")
     written = json.loads((bench_run.out / "policy.json").read_text())

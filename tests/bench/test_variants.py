@@ -9,7 +9,7 @@ from lookahead.bench.policy import build_policy, decision
 from lookahead.bench.variants import parse_strategy
 from lookahead.config import STRATEGIES, LookaheadConfig, PromptLookupConfig, SpeculativeConfig
 from lookahead.errors import ConfigError
-from lookahead.server.policy import Policy
+from lookahead.policy import Policy
 
 KNOWN = tuple(STRATEGIES) + ("hf_generate", "hf_prompt_lookup")
 RUN_SHAPE = LookaheadConfig(window=3, ngram=4, guesses=5)  # stands in for the run's --lookahead

@@ -10,8 +10,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import lookahead
 from lookahead.config import LookaheadConfig, SpeculativeConfig
+from lookahead.policy import Decision, Policy, Rule
 from lookahead.server import ServerConfig
-from lookahead.server.policy import Decision, Policy, Rule
 
 from .live import CHAT, Live, serve
 

@@ -19,10 +19,10 @@ import lookahead
 from lookahead.config import LookaheadConfig, SpeculativeConfig
 from lookahead.errors import ConfigError
 from lookahead.models.loader import LoadedModel
+from lookahead.policy import Decision, Policy
 from lookahead.server import ServerConfig, create_app
 from lookahead.server import cli
 from lookahead.server.cli import config_from_args, register, serve_command, uvicorn_config
-from lookahead.server.policy import Decision, Policy
 from lookahead.server.startup import load_api_keys
 from lookahead.testing import tiny_model
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from lookahead.config import LookaheadConfig, PromptLookupConfig, SpeculativeConfig
-from lookahead.server.policy import DEFAULT_POLICY, Decision, Policy, PolicyError, Rule, dump_policy, load_policy
+from lookahead.policy import DEFAULT_POLICY, Decision, Policy, PolicyError, Rule, dump_policy, load_policy
 
 EXAMPLE: dict[str, Any] = {
     "version": 1,
@@ -159,13 +159,13 @@ def test_policy_module_does_not_need_fastapi() -> None:
     import subprocess
     import sys
 
-    code = "import sys; import lookahead.server.policy; assert 'fastapi' not in sys.modules, 'fastapi imported'"
+    code = "import sys; import lookahead.policy; assert 'fastapi' not in sys.modules, 'fastapi imported'"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
 def test_reading_a_policy_does_not_load_torch() -> None:
     # The policy module is what operators' tooling imports to write or check a policy file; it must
     # not drag in torch and transformers (seconds of import and hundreds of MB) to do that.
-    code = "import sys, lookahead.server.policy, lookahead.config; print('torch' in sys.modules)"
+    code = "import sys, lookahead.policy, lookahead.config; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

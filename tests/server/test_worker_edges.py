@@ -22,10 +22,10 @@ import pytest
 
 import lookahead
 from lookahead.config import SamplingConfig
+from lookahead.policy import Decision
 from lookahead.server import ServerConfig
 from lookahead.server.errors import APIError
 from lookahead.server.metrics import ServerMetrics
-from lookahead.server.policy import Decision
 from lookahead.server.worker import Job, JobEnd, JobSpec, ModelWorker
 
 from .live import CHAT, GatedStream, Live, serve

@@ -17,8 +17,10 @@ its parameters go in the block STRATEGY_BLOCK names: "lookahead" (lookahead, loo
 "prompt_lookup", "speculative" (e.g. {"strategy": "speculative", "speculative": {"draft": "self:8",
 "draft_tokens": 4}}).
 
-This module only depends on the standard library and lookahead.config (PyYAML is imported for YAML
-files only), so benchmark code can write and validate policies without the server's dependencies.
+The server (`lookahead serve --policy`) reads this format and the benchmark (`lookahead bench`) writes
+it; neither owns it. This module only depends on the standard library, lookahead.config and
+lookahead.errors (PyYAML is imported for YAML files only), so either side, or an operator's tooling,
+can write and validate policies without the server's or the engine's dependencies.
 """
 
 from __future__ import annotations

@@ -22,13 +22,13 @@ _EXPORTS: dict[str, str] = {
     "PromptLookupConfig": "lookahead.config",
     "SamplingConfig": "lookahead.config",
     "SpeculativeConfig": "lookahead.config",
-    "STRATEGIES": "lookahead.engine",
-    "GenerationResult": "lookahead.engine",
-    "GenerationStats": "lookahead.engine",
-    "StepEvent": "lookahead.engine",
-    "generate": "lookahead.engine",
-    "stream": "lookahead.engine",
-    "stream_events": "lookahead.engine",
+    "STRATEGIES": "lookahead.config",
+    "GenerationResult": "lookahead.generation",
+    "GenerationStats": "lookahead.generation",
+    "StepEvent": "lookahead.generation",
+    "generate": "lookahead.generation",
+    "stream": "lookahead.generation",
+    "stream_events": "lookahead.generation",
     "ConfigError": "lookahead.errors",
     "LookaheadError": "lookahead.errors",
     "ModelNotFoundError": "lookahead.errors",
@@ -66,8 +66,8 @@ if TYPE_CHECKING:
         SamplingConfig,
         SpeculativeConfig,
     )
-    from lookahead.engine import (
-        STRATEGIES,
+    from lookahead.config import STRATEGIES
+    from lookahead.generation import (
         GenerationResult,
         GenerationStats,
         StepEvent,

@@ -24,6 +24,9 @@ class LookaheadConfig:
         like a Jacobi n-gram). Copied spans (quotes, code, JSON) can run far past N-1 tokens, and one
         longer candidate then settles more tokens per step, at the price of more query tokens.
     max_pool_per_key: n-grams kept per first token (oldest dropped first).
+    sources: the free candidate sources the "lookahead" strategy draws from (names in
+        candidates/registry.py); each offers up to G guesses a step, and the allocator
+        (engine/allocator.py) verifies the calibrated best of them, at most `query_tokens` rows.
 
     Defaults were measured on a 2-core CPU with SmolLM2-135M in bfloat16 and float32 (README,
     "Performance"). Exact steps at reduced precision verify one chain (engine/query.py), so the rows
@@ -37,6 +40,7 @@ class LookaheadConfig:
     context_ngrams: bool = True
     max_pool_per_key: int = 16
     context_tokens: int | None = 7
+    sources: tuple[str, ...] = ("context", "cache", "jacobi")
 
     def __post_init__(self) -> None:
         if not isinstance(self.window, int) or self.window < 1:
@@ -49,6 +53,11 @@ class LookaheadConfig:
             raise ConfigError(f"max_pool_per_key must be >= 1, got {self.max_pool_per_key!r}")
         if self.context_tokens is not None and (not isinstance(self.context_tokens, int) or self.context_tokens < 1):
             raise ConfigError(f"context_tokens must be an integer >= 1 (or None for N-1), got {self.context_tokens!r}")
+        if isinstance(self.sources, list):  # from a JSON/YAML policy file
+            object.__setattr__(self, "sources", tuple(self.sources))
+        if (not isinstance(self.sources, tuple) or not all(isinstance(n, str) and n for n in self.sources)
+                or len(set(self.sources)) != len(self.sources)):
+            raise ConfigError(f"sources must be a tuple of distinct source names, got {self.sources!r}")
         if self.query_tokens > 512:
             raise ConfigError(
                 f"W={self.window}, N={self.ngram}, G={self.guesses}, context_tokens={self.context_tokens} puts "
@@ -172,8 +181,8 @@ class GenerationConfig:
     prompt_lookup: PromptLookupConfig = field(default_factory=PromptLookupConfig)
     speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
     stop: tuple[str, ...] = ()
-    # Gate speculative steps on expected gain vs the device's measured cost of a wider step
-    # (lookahead/engine/gate.py). Never changes the tokens; False runs every draft as proposed.
+    # Size every step by expected tokens per unit of the device's measured cost (engine/allocator.py).
+    # Never changes the tokens; False verifies every draft as proposed.
     adaptive: bool = True
     # Pad every pass to the model's width floor (engine/numerics.py) so that tokens are bit-identical
     # to padded autoregressive decoding at reduced precision; False runs unpadded.

@@ -52,7 +52,7 @@ STRATEGY_BLOCK: dict[str, str] = {  # strategies not listed take no parameters
     "speculative": "speculative",
 }
 _DECISION_KEYS = ("strategy", *_BLOCKS)
-_WRITTEN_IF_CHANGED = {"context_ngrams", "max_pool_per_key", "context_tokens"}  # advanced knobs, written only when not default
+_WRITTEN_IF_CHANGED = {"context_ngrams", "max_pool_per_key", "context_tokens", "sources"}  # advanced knobs, written only when not default
 _NULLABLE = {"context_tokens"}  # null means "N-1 tokens", not the default
 
 
@@ -128,7 +128,7 @@ class Decision:
         if self.block is not None:
             defaults = _BLOCKS[self.block]()
             out[self.block] = {
-                f.name: getattr(self.config, f.name)
+                f.name: _plain(getattr(self.config, f.name))
                 for f in dataclasses.fields(self.config)
                 if f.name not in _WRITTEN_IF_CHANGED or getattr(self.config, f.name) != getattr(defaults, f.name)
             }
@@ -326,6 +326,12 @@ def _block(params: Any, kind: type, source: str, where: str) -> Any:
     for key, v in params.items():
         default = getattr(defaults, key)
         expected = int if default is None else type(default)  # optional knobs (context_tokens) are integers
+        if expected is tuple:  # a list of names in JSON/YAML (e.g. lookahead.sources)
+            ok = isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v)
+            if ok:
+                params = {**params, key: tuple(v)}
+                continue
+            raise PolicyError(f"{source}: {where}.{key}: must be a list of names, got {v!r}")
         ok = isinstance(v, bool) if expected is bool else isinstance(v, expected) and not isinstance(v, bool)
         ok = ok or (v is None and (default is None or key in _NULLABLE))
         if not ok:

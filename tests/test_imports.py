@@ -35,11 +35,11 @@ def test_every_module_imports_first() -> None:
 
 
 # Each public name, imported first in a clean namespace, is the object itself: not a submodule that
-# happens to share its name (importing lookahead.engine.X sets attribute X on the package).
+# happens to share its name (importing lookahead.X sets attribute X on the package).
 NAMES_SCRIPT = r"""
 import importlib, sys, types
-import lookahead, lookahead.engine
-public = [("lookahead", n) for n in lookahead.__all__] + [("lookahead.engine", n) for n in lookahead.engine.__all__]
+import lookahead
+public = [("lookahead", n) for n in lookahead.__all__]
 bad = []
 for package, first in public:
     for loaded in [m for m in sys.modules if m == "lookahead" or m.startswith("lookahead.")]:
@@ -57,7 +57,7 @@ def test_public_names_are_never_shadowed_by_submodules() -> None:
     out = subprocess.run([sys.executable, "-c", NAMES_SCRIPT], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "", out.stdout
-    code = "from lookahead.engine import StepEvent, generate; print(callable(generate))"
+    code = "from lookahead.generation import StepEvent, generate; print(callable(generate))"
     fresh = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert fresh.stdout.strip() == "True"
 

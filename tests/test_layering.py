@@ -1,5 +1,6 @@
-"""Package layering: the benchmark does not depend on the server, and the policy file format
-(lookahead.policy), which both of them use, depends on neither of them nor on the engine."""
+"""Package layering: the benchmark does not depend on the server; the policy file format
+(lookahead.policy), which both of them use, depends on neither of them nor on the engine; and the
+engine defines the candidate-source interface but never imports a source (no engine<->candidates cycle)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 from pathlib import Path
 
 import lookahead.bench
+import lookahead.engine
 
 # Imports lookahead.bench and every module under it, then lists every lookahead module that got loaded.
 BENCH_SCRIPT = r"""
@@ -49,10 +51,11 @@ def test_importing_the_bench_loads_no_server_module() -> None:
     assert not server, f"importing lookahead.bench loaded server modules: {server}"
 
 
-def test_bench_sources_never_import_the_server() -> None:
-    # Also covers imports inside functions, which the import-time check above cannot see.
+def _imports_of(package: object, forbidden: str) -> list[str]:
+    """file:line of every import of `forbidden` (or a module under it) in the package's sources,
+    imports inside functions included (an import-time check cannot see those)."""
     offenders = []
-    for path in sorted(Path(lookahead.bench.__path__[0]).rglob("*.py")):
+    for path in sorted(Path(package.__path__[0]).rglob("*.py")):  # type: ignore[attr-defined]
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
             if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
@@ -60,9 +63,20 @@ def test_bench_sources_never_import_the_server() -> None:
                 names = [a.name for a in node.names]
             else:
                 continue
-            if any(_under(n, "lookahead.server") for n in names):
+            if any(_under(n, forbidden) for n in names):
                 offenders.append(f"{path.name}:{node.lineno}")
+    return offenders
+
+
+def test_bench_sources_never_import_the_server() -> None:
+    offenders = _imports_of(lookahead.bench, "lookahead.server")
     assert not offenders, f"lookahead.bench imports lookahead.server at {', '.join(offenders)}"
+
+
+def test_the_engine_never_imports_a_candidate_source_or_the_generation_loop() -> None:
+    for upper in ("lookahead.candidates", "lookahead.generation", "lookahead.server", "lookahead.bench"):
+        offenders = _imports_of(lookahead.engine, upper)
+        assert not offenders, f"lookahead.engine imports {upper} at {', '.join(offenders)}"
 
 
 def test_the_policy_module_loads_neither_the_server_nor_the_engine() -> None:

@@ -225,13 +225,13 @@ def hf_runner(prompt_lookup: bool) -> Runner:
 
 def available_strategies() -> tuple[str, ...]:
     """Every name `--strategies` accepts: the engine's, the transformers references, test hooks."""
-    from lookahead.engine import STRATEGIES
+    from lookahead.config import STRATEGIES
 
     return tuple(STRATEGIES) + REFERENCE_STRATEGIES + tuple(EXTRA_RUNNERS)
 
 
 def engine_strategies() -> tuple[str, ...]:
-    from lookahead.engine import STRATEGIES
+    from lookahead.config import STRATEGIES
 
     return tuple(STRATEGIES)
 

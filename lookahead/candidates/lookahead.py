@@ -10,10 +10,10 @@ p+1 .. p+1+l+i, i.e. one Jacobi trajectory. The newest level's outputs are the n
                ...                        dropped and `out` becomes the newest level.
                out     c0 c1 c2 c3
 
-The verification branch takes up to G continuations from a hybrid pool: Jacobi n-grams keyed by the
-root token, context matches (the longest suffix match in prompt + generated text) and, with a
-cross-request n-gram cache, its matches. They compete for the G slots by a cheap score (recency
-within a source times the source's running acceptance; see ranking.SourceScores).
+The verification branch takes up to G pooled n-grams keyed by the root token. In the "lookahead"
+strategy they compete with the other free sources (candidates/registry.py) for the step's rows, each
+guess calibrated by what verification confirmed (engine/calibration.py), and the window itself runs
+only while what it mints is worth its rows (engine/allocator.py, candidates/pool.py).
 """
 
 from __future__ import annotations
@@ -23,11 +23,9 @@ from typing import Sequence
 
 import torch
 
-from lookahead.candidates.ngram_cache import NGramCache
-from lookahead.candidates.ngrams import ContextIndex, NGramPool
-from lookahead.candidates.ranking import SourceScores
-from lookahead.config import LookaheadConfig
-from lookahead.engine.draft import AuxBranch, CandidateTree, Draft, StepOutcome
+from lookahead.candidates.ngrams import NGramPool
+from lookahead.engine.draft import AuxBranch
+from lookahead.engine.sources import Candidate, Observation
 
 
 class JacobiWindow:
@@ -69,41 +67,29 @@ class JacobiWindow:
         return grams
 
 
-class LookaheadProposer:
-    """Candidates for lookahead decoding: Jacobi n-grams and (optionally) prompt/context n-grams and
-    cross-request n-grams (`cache`; used only with context_ngrams, the Jacobi-only mode ignores it)."""
+class JacobiSource:
+    """Lookahead decoding's own source ("jacobi"): the window above, and the pool of the n-grams it
+    mints, keyed by their first token. Candidates are the pooled continuations of the root, most recent
+    first (feature: min(rank, 3)); `branch` is the window's rows for the next step."""
 
-    def __init__(self, cfg: LookaheadConfig, prompt: Sequence[int], cache: NGramCache | None = None) -> None:
-        self.cfg = cfg
-        self.length = cfg.ngram - 1  # tokens per Jacobi candidate after the root
-        self.context_length = cfg.context_tokens or self.length  # context and cache candidates
-        self.pool = NGramPool(cfg.max_pool_per_key)
-        self.window = JacobiWindow(cfg.window, cfg.ngram, prompt, rng_seed=len(prompt))
-        self.context = ContextIndex() if cfg.context_ngrams else None
-        if self.context is not None:
-            self.context.extend(prompt)
-        self.cache = cache if cfg.context_ngrams else None
-        self.scores = SourceScores()
+    name = "jacobi"
 
-    def propose(self, context: Sequence[int], budget: int) -> Draft:
-        tree = CandidateTree()
-        length, copied = min(self.length, budget), min(self.context_length, budget)
-        if length > 0 and self.cfg.guesses > 0:
-            g = self.cfg.guesses
-            lists: dict[str, list[tuple[int, ...]]] = {}
-            if self.context is not None:
-                lists["context"] = self.context.lookup(context, copied, g)
-            if self.cache is not None:
-                lists["cache"] = self.cache.lookup(context, copied, g)
-            lists["jacobi"] = [cont[:length] for cont in self.pool.get(context[-1], g)]
-            for source, cont in self.scores.select(lists, g):
-                tree.add(cont, source)
-        return Draft(tree=tree, aux=self.window.branch())
+    def __init__(self, window: int, ngram: int, prompt: Sequence[int], max_pool_per_key: int = 16) -> None:
+        self.length = ngram - 1  # tokens per pooled continuation
+        self.pool = NGramPool(max_pool_per_key)
+        self.window = JacobiWindow(window, ngram, prompt, rng_seed=len(prompt))
 
-    def update(self, context: Sequence[int], outcome: StepOutcome) -> None:
-        if outcome.aux_out:  # empty when the window was skipped (near the end of the context)
-            for first, cont in self.window.advance(outcome.aux_out):
+    def candidates(self, context: Sequence[int], max_tokens: int, limit: int) -> list[Candidate]:
+        n = min(max_tokens, self.length)
+        if n <= 0 or limit <= 0:
+            return []
+        conts = self.pool.get(context[-1], limit)
+        return [Candidate(cont[:n], self.name, min(rank, 3)) for rank, cont in enumerate(conts)]
+
+    def branch(self) -> AuxBranch:
+        return self.window.branch()
+
+    def observe(self, obs: Observation) -> None:
+        if obs.aux_out:  # empty when the window did not run this step
+            for first, cont in self.window.advance(list(obs.aux_out)):
                 self.pool.add(first, cont)
-        if self.context is not None:
-            self.context.extend(outcome.accepted)
-        self.scores.observe(outcome)

@@ -114,7 +114,11 @@ class NGramCache:
         """Continuations (cut to `length` tokens) of the longest suffix of `context` that is a key,
         then of shorter suffixes; most recently seen first; at most `limit`; none that is a prefix
         of one already returned."""
-        out: list[tuple[int, ...]] = []
+        return [cont for cont, _ in self.matches(context, length, limit)]
+
+    def matches(self, context: Sequence[int], length: int, limit: int) -> list[tuple[tuple[int, ...], int]]:
+        """As `lookup`, with the length of the key each continuation matched."""
+        out: list[tuple[tuple[int, ...], int]] = []
         if length <= 0 or limit <= 0:
             return out
         with self._lock:
@@ -123,9 +127,9 @@ class NGramCache:
                     continue
                 for cont in reversed(self._index.get(tuple(context[-k:]), ())):
                     cand = cont[:length]
-                    if any(prev[: len(cand)] == cand for prev in out):
+                    if any(prev[: len(cand)] == cand for prev, _ in out):
                         continue
-                    out.append(cand)
+                    out.append((cand, k))
                     if len(out) == limit:
                         return out
         return out

@@ -69,7 +69,11 @@ class ContextIndex:
     def lookup(self, context: Sequence[int], length: int, limit: int) -> list[tuple[int, ...]]:
         """Continuations (up to `length` tokens) of the longest suffix of `context` seen before,
         longest key first, most recent occurrence first; at most `limit`, no duplicates."""
-        out: list[tuple[int, ...]] = []
+        return [cont for cont, _ in self.matches(context, length, limit)]
+
+    def matches(self, context: Sequence[int], length: int, limit: int) -> list[tuple[tuple[int, ...], int]]:
+        """As `lookup`, with the length of the key each continuation matched."""
+        out: list[tuple[tuple[int, ...], int]] = []
         seen: set[tuple[int, ...]] = set()
         n = len(self._tokens)
         for k in self.key_lengths:
@@ -80,7 +84,7 @@ class ContextIndex:
                 # skip the trivial match of the suffix with itself (nothing follows it yet)
                 if cont and cont not in seen:
                     seen.add(cont)
-                    out.append(cont)
+                    out.append((cont, k))
                     if len(out) == limit:
                         return out
         return out

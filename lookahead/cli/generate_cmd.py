@@ -10,7 +10,7 @@ from typing import Any
 
 from lookahead.candidates.ngram_cache import NGramCache
 from lookahead.config import STRATEGIES, LookaheadConfig, PromptLookupConfig, SamplingConfig, SpeculativeConfig
-from lookahead.engine import GenerationResult, generate, stream_events
+from lookahead.generation import GenerationResult, generate, stream_events
 from lookahead.engine.certify import Certificate, certify
 from lookahead.errors import PromptError
 from lookahead.models import DEFAULT_MODEL, load

@@ -37,10 +37,15 @@ class CandidateTree:
     depths: list[int] = field(default_factory=list)
     children: dict[tuple[int, int], int] = field(default_factory=dict)  # (parent, token) -> node
     sources: list[str] = field(default_factory=list)  # which source minted each node
+    probs: list[float] = field(default_factory=list)  # calibrated P(node's whole path accepted)
 
-    def add(self, continuation: Sequence[int], source: str = "") -> None:
+    def add(self, continuation: Sequence[int], source: str = "", probs: Sequence[float] | None = None) -> None:
+        """Merge a continuation in. `probs[d]`: the probability that its first d+1 tokens are accepted
+        (engine/calibration.py); a node reached by several continuations keeps the highest (and the
+        source of that one). Without probs, nodes get 1.0: verified as proposed."""
         parent = -1
         for depth, token in enumerate(continuation, start=1):
+            p = 1.0 if probs is None else float(probs[depth - 1])
             node = self.children.get((parent, token))
             if node is None:
                 node = len(self.tokens)
@@ -49,7 +54,26 @@ class CandidateTree:
                 self.depths.append(depth)
                 self.children[(parent, token)] = node
                 self.sources.append(source)
+                self.probs.append(p)
+            elif p > self.probs[node]:
+                self.probs[node] = p
+                self.sources[node] = source
             parent = node
+
+    def subtree(self, nodes: Sequence[int]) -> CandidateTree:
+        """The tree of `nodes` only (each one's parent must be in it, or be the root, and come first)."""
+        out = CandidateTree()
+        new_id: dict[int, int] = {-1: -1}
+        for old in nodes:
+            parent = new_id[self.parents[old]]  # KeyError: a node whose parent was left out
+            new_id[old] = len(out.tokens)
+            out.tokens.append(self.tokens[old])
+            out.parents.append(parent)
+            out.depths.append(self.depths[old])
+            out.children[(parent, self.tokens[old])] = new_id[old]
+            out.sources.append(self.sources[old])
+            out.probs.append(self.probs[old])
+        return out
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -61,16 +85,7 @@ class CandidateTree:
         k = 0
         while k < len(self.tokens) and self.parents[k] == k - 1:
             k += 1
-        if k == len(self.tokens):
-            return self
-        chain = CandidateTree()
-        for i in range(k):
-            chain.tokens.append(self.tokens[i])
-            chain.parents.append(i - 1)
-            chain.depths.append(i + 1)
-            chain.children[(i - 1, self.tokens[i])] = i
-            chain.sources.append(self.sources[i])
-        return chain
+        return self if k == len(self.tokens) else self.subtree(range(k))
 
     def ancestors_matrix(self) -> torch.Tensor:
         """[T, T] bool: entry (i, j) is True when node j is node i or one of its ancestors."""
@@ -91,8 +106,14 @@ class CandidateTree:
 
 @dataclass
 class Draft:
+    """A step's proposal. `aux_value`: the tokens the aux branch is expected to earn (later steps'
+    accepted guesses it mints), for the allocator (engine/allocator.py); `calibrated`: tree.probs are
+    calibrated probabilities the allocator may size the step by (False: verify as proposed)."""
+
     tree: CandidateTree
     aux: AuxBranch | None = None
+    aux_value: float = 0.0
+    calibrated: bool = False
 
 
 @dataclass(frozen=True)
@@ -106,6 +127,8 @@ class StepOutcome:
     aux_out: list[int]
     query_tokens: int
     candidate_tokens: int
+    successors: list[tuple[int, tuple[int, ...]]] = field(default_factory=list)  # see sources.Observation
+    forward_s: float = 0.0  # seconds inside the forward pass
 
 
 class Proposer(Protocol):

@@ -13,7 +13,6 @@ from typing import Any
 import torch
 
 from lookahead.engine.draft import Draft, StepOutcome
-from lookahead.engine.gate import GateConfig, SpeculationGate
 from lookahead.engine.kvcache import KVCache
 from lookahead.engine.model_runner import ForwardTimer, ModelRunner
 from lookahead.engine.numerics import KEY_ALIGN, WidthProbe
@@ -24,15 +23,16 @@ from lookahead.engine.sampling import TokenChooser
 class StepRunner:
     """Runs steps for one sequence. `numerics`: the model's width probe; with a usable floor every pass
     is padded to it, and unless rows are gap-invariant only the tree's first chain is verified, so that
-    every accepted token is bit-identical to (padded) autoregressive decoding. None: unpadded."""
+    every accepted token is bit-identical to (padded) autoregressive decoding. None: unpadded.
+    `top_k`: also report the model's top-k next tokens at every computed row (StepOutcome.successors),
+    for sources that recycle them; 0: none."""
 
-    def __init__(self, model: Any, chooser: TokenChooser, gate: GateConfig = GateConfig(),
-                 numerics: WidthProbe | None = None) -> None:
+    def __init__(self, model: Any, chooser: TokenChooser, numerics: WidthProbe | None = None, top_k: int = 0) -> None:
         exact = numerics is not None and numerics.floor is not None
         self.model = ModelRunner(model, numerics.floor if exact else None,  # type: ignore[union-attr]
                                  exact_attention=exact and numerics.exact_attention)  # type: ignore[union-attr]
         self.chooser = chooser
-        self.gate = SpeculationGate(gate)
+        self.top_k = top_k
         self.chain_only = exact and not numerics.gap_invariant  # type: ignore[union-attr]
 
     def new_cache(self) -> KVCache:
@@ -48,7 +48,7 @@ class StepRunner:
         self.model.prefill(cache, prompt[:-1])
 
     def step(self, cache: KVCache, root: int, draft: Draft) -> StepOutcome:
-        draft = self.gate.admit(draft)  # 0. speculate only where it is expected to pay on this device
+        """One step for the draft as allocated (engine/allocator.py sized it before the call)."""
         tree = draft.tree.first_chain() if self.chain_only else draft.tree
         p = cache.get_seq_length()
 
@@ -69,6 +69,11 @@ class StepRunner:
 
         # 5. Compact the cache: keep the root's and the matched nodes' keys/values, drop the rest.
         cache.keep(p, torch.tensor([0, *(1 + n for n in nodes)]))
-        self.gate.observe(accepted, query.width, spent)
+
+        # 6. Recyclable predictions: the model's top-k next tokens at every row it computed.
+        successors: list[tuple[int, tuple[int, ...]]] = []
+        if self.top_k:
+            top = torch.topk(logits, self.top_k, dim=-1).indices.tolist()  # [K, top_k]
+            successors = list(zip(query.tokens[query.keep].tolist(), map(tuple, top)))
         return StepOutcome(accepted, sources, chosen[1 + t :], query_tokens=max(query.width, self.model.floor or 1),
-                           candidate_tokens=t)
+                           candidate_tokens=t, successors=successors, forward_s=spent)

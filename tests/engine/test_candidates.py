@@ -1,5 +1,6 @@
-"""Hand-written cases for the candidate sources: the suffix matcher (prompt lookup), the cross-request
-n-gram cache, and the score that makes sources compete. Expected candidates are spelled out."""
+"""Hand-written cases for the copy sources: the suffix matcher (prompt lookup's "context" source), the
+cross-request n-gram cache, and the pool that merges sources into one calibrated tree. Expected
+candidates are spelled out."""
 
 from __future__ import annotations
 
@@ -12,19 +13,21 @@ from pathlib import Path
 import pytest
 
 from lookahead.candidates.ngram_cache import NGramCache, NGramCacheConfig, NGramCaches
-from lookahead.candidates.prompt_lookup import PromptLookupProposer
-from lookahead.candidates.ranking import SourceScores
-from lookahead.candidates.lookahead import LookaheadProposer
+from lookahead.candidates.context import CacheSource, ContextSource
+from lookahead.candidates.lookahead import JacobiSource
+from lookahead.candidates.pool import PoolConfig, SourcePool
 from lookahead.config import LookaheadConfig, PromptLookupConfig
+from lookahead.engine.calibration import Calibrator
 from lookahead.engine.draft import CandidateTree, StepOutcome
+from lookahead.engine.sources import Candidate, Observation
 from lookahead.errors import ConfigError
 
 
 def lookup(context: list[int], **cfg: int) -> list[tuple[int, ...]]:
-    """The candidates prompt lookup verifies for `context` (all of it already seen), leaf by leaf in
-    insertion order."""
-    proposer = PromptLookupProposer(PromptLookupConfig(**cfg), context)
-    return paths(proposer.propose(context, budget=100).tree)
+    """The candidates prompt lookup offers for `context` (all of it already seen), best first."""
+    pl = PromptLookupConfig(**cfg)
+    source = ContextSource(context, range(pl.min_ngram, pl.max_ngram + 1))
+    return [c.tokens for c in source.candidates(context, pl.num_tokens, pl.max_candidates)]
 
 
 def paths(tree: CandidateTree) -> list[tuple[int, ...]]:
@@ -71,20 +74,20 @@ def test_min_ngram_excludes_short_matches() -> None:
 def test_candidates_stop_at_the_end_of_the_context_and_at_the_budget() -> None:
     # context 1 2 1: (1) was followed by 2 1 -- only two tokens exist after it
     assert lookup([1, 2, 1], num_tokens=5) == [(2, 1)]
-    proposer = PromptLookupProposer(PromptLookupConfig(num_tokens=5), [1, 2, 3, 1])
-    assert proposer.propose([1, 2, 3, 1], budget=2).tree.tokens == [2, 3]
-    assert len(proposer.propose([1, 2, 3, 1], budget=0).tree) == 0
+    source = ContextSource([1, 2, 3, 1])
+    assert [c.tokens for c in source.candidates([1, 2, 3, 1], 2, 4)] == [(2, 3)]
+    assert source.candidates([1, 2, 3, 1], 0, 4) == []
 
 
-def test_prompt_lookup_learns_accepted_tokens() -> None:
-    proposer = PromptLookupProposer(PromptLookupConfig(num_tokens=2), [4, 5])
-    assert len(proposer.propose([4, 5], 8).tree) == 0
+def test_prompt_lookup_learns_accepted_tokens_and_buckets_by_key_length() -> None:
+    source = ContextSource([4, 5], range(1, 4))
+    assert source.candidates([4, 5], 2, 4) == []
     # the step accepted 4 5 6 4: now the context is 4 5 4 5 6 4; (4) was followed by 5 6 (at index 3)
-    # and by 5 4 (index 1): one trie, 5 -> {6, 4}
+    # and by 5 4 (index 1); both matched a 1-token key: features 4*1 + rank
     context = [4, 5, 4, 5, 6, 4]
-    proposer.update(context, StepOutcome([4, 5, 6, 4], ["model"] * 4, [], 1, 0))
-    tree = proposer.propose(context, 8).tree
-    assert (tree.tokens, tree.parents) == ([5, 6, 4], [-1, 0, 0])
+    source.observe(Observation(context, [4, 5, 6, 4]))
+    found = source.candidates(context, 2, 4)
+    assert [(c.tokens, c.feature) for c in found] == [((5, 6), 4), ((5, 4), 5)]
 
 
 @pytest.mark.parametrize("bad", [dict(min_ngram=0), dict(min_ngram=3, max_ngram=2), dict(num_tokens=0),
@@ -196,27 +199,59 @@ def test_per_class_caches_are_opt_in_and_saved_together(tmp_path: Path) -> None:
     assert again.get("code").lookup([1], 2, 4) == [(2, 3)]  # type: ignore[union-attr]
 
 
-# --- lookahead's hybrid pool: copied candidates may be longer than a Jacobi n-gram ---------------------
+# --- the pool: every source's guesses, calibrated, in one tree ------------------------------------------
+
+def pool(context: list[int], lk: LookaheadConfig, **extra: object) -> SourcePool:
+    sources = [ContextSource(context), JacobiSource(lk.window, lk.ngram, context)]
+    return SourcePool(sources, PoolConfig(max_tokens=lk.candidate_tokens, per_source=lk.guesses), Calibrator())
+
 
 def test_context_candidates_take_context_tokens_jacobi_ones_stay_n_minus_1() -> None:
     # context 1 2 3 4 5 6 7 8 9 1 2 3: the suffix (1 2 3) occurred at the start, followed by 4 5 6 7 8 9.
     context = [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3]
     # N=4, context_tokens=None: a candidate is N-1 = 3 tokens, copied or minted
-    short = LookaheadConfig(2, 4, 1, context_tokens=None)
-    assert paths(LookaheadProposer(short, context).propose(context, 100).tree) == [(4, 5, 6)]
+    assert paths(pool(context, LookaheadConfig(2, 4, 1, context_tokens=None)).propose(context, 100).tree) == [(4, 5, 6)]
     # the default copies up to 7 tokens: the span runs 4..9 and on into the repeat (1)
-    assert paths(LookaheadProposer(LookaheadConfig(2, 4, 1), context).propose(context, 100).tree) == [
-        (4, 5, 6, 7, 8, 9, 1)]
+    assert paths(pool(context, LookaheadConfig(2, 4, 1)).propose(context, 100).tree) == [(4, 5, 6, 7, 8, 9, 1)]
     # context_tokens=5: the copied span runs on to 5 tokens ...
-    longer = LookaheadProposer(LookaheadConfig(2, 4, 1, context_tokens=5), context)
+    longer = pool(context, LookaheadConfig(2, 4, 1, context_tokens=5))
     assert paths(longer.propose(context, 100).tree) == [(4, 5, 6, 7, 8)]
     # ... but never past the budget (tokens left to generate)
     assert paths(longer.propose(context, 2).tree) == [(4, 5)]
-    # Jacobi n-grams keyed by the last token (3) are cut to N-1 tokens, even where the pool holds more
-    # and the context's candidate runs to 5: both compete for G=2 slots, each at its own length
-    both = LookaheadProposer(LookaheadConfig(2, 4, 2, context_tokens=5), context)
-    both.pool.add(3, (7, 7, 7, 7, 7))
-    assert sorted(paths(both.propose(context, 100).tree)) == [(4, 5, 6, 7, 8), (7, 7, 7)]
+    # Jacobi n-grams keyed by the last token (3) are cut to N-1 tokens, even where the pool holds more;
+    # with equal calibration (no evidence yet) the longer guess is worth more and goes first
+    both = pool(context, LookaheadConfig(2, 4, 2, context_tokens=5))
+    both.sources[1].pool.add(3, (7, 7, 7, 7, 7))  # type: ignore[attr-defined]
+    assert paths(both.propose(context, 100).tree) == [(4, 5, 6, 7, 8), (7, 7, 7)]
+
+
+def test_the_pool_puts_the_better_calibrated_guess_first() -> None:
+    context = [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3]
+    lk = LookaheadConfig(1, 3, 1, context_tokens=2)
+    sources = [ContextSource(context), JacobiSource(lk.window, lk.ngram, context)]
+    sources[1].pool.add(3, (7, 7))
+    fresh = SourcePool(sources, PoolConfig(max_tokens=2, per_source=1), Calibrator())
+    draft = fresh.propose(context, 100)
+    assert paths(draft.tree) == [(4, 5), (7, 7)]  # no evidence: equal estimates, the context's first
+    assert draft.tree.probs == pytest.approx([1 / 3, 1 / 9, 1 / 3, 1 / 9])  # Laplace prior 1 / (1 + 2)
+    # Evidence: after such contexts the model went on with 7 7, so the jacobi guess (feature: rank 0)
+    # was right twice each time and the context's 3-token match (feature 4*3 + rank 0) wrong at once.
+    cal = Calibrator()
+    tracker = cal.tracker()
+    for _ in range(10):
+        tracker.offer([Candidate((7, 7), "jacobi", 0), Candidate((4, 5), "context", 12)])
+        tracker.record([7, 7])
+    draft = SourcePool(sources, PoolConfig(max_tokens=2, per_source=1), cal).propose(context, 100)
+    assert paths(draft.tree) == [(7, 7), (4, 5)]
+    assert draft.tree.probs[0] > 0.8 and draft.tree.probs[2] < 0.2
+
+
+def test_cache_source_matches_the_class_cache() -> None:
+    cache = NGramCache(NGramCacheConfig(key_lengths=(2, 1), num_tokens=3))
+    cache.add_response([9], [1, 2, 3, 4])
+    # the context ends in (1 2): the 2-token key (1 2) was followed by 3 4: feature 4*2 + rank 0
+    assert [(c.tokens, c.source, c.feature) for c in CacheSource(cache).candidates([7, 1, 2], 3, 4)][0] == (
+        (3, 4), "cache", 8)
 
 
 def test_context_tokens_is_validated_and_counted_in_the_step_bound() -> None:
@@ -225,25 +260,6 @@ def test_context_tokens_is_validated_and_counted_in_the_step_bound() -> None:
     # 1 + W*(N-1) + G*max(N-1, context_tokens) = 1 + 2*3 + 4*8
     assert LookaheadConfig(2, 4, 4, context_tokens=8).query_tokens == 39
     assert LookaheadConfig(2, 4, 4, context_tokens=2).query_tokens == 1 + 6 + 12
-
-
-# --- sources competing for slots ---------------------------------------------------------------------
-
-def test_scores_rank_by_source_rate_and_recency_and_learn() -> None:
-    scores = SourceScores(priors={"context": 1.0, "jacobi": 0.5}, decay=0.8, recency=0.7)
-    lists = {"context": [(1,), (2,), (3,)], "jacobi": [(4,), (5,)]}
-    # scores: context 1.0, 0.7, 0.49; jacobi 0.5, 0.35 -> the best three
-    assert scores.select(lists, 3) == [("context", (1,)), ("context", (2,)), ("jacobi", (4,))]
-    # the jacobi candidate got 2 tokens accepted, the two context ones none:
-    #   jacobi 0.8 * 0.5 + 0.2 * 2 = 0.8, context 0.8 * 1.0 + 0.2 * 0 = 0.8
-    scores.observe(StepOutcome([4, 9, 7], ["jacobi", "jacobi", "model"], [], 6, 5))
-    assert scores.rates == pytest.approx({"context": 0.8, "jacobi": 0.8})
-    # now context 0.8, 0.56, 0.39 and jacobi 0.8, 0.56: ties go to the source listed first
-    assert scores.select(lists, 3) == [("context", (1,)), ("jacobi", (4,)), ("context", (2,))]
-
-
-def test_scores_skip_candidates_that_add_nothing() -> None:
-    scores = SourceScores(priors={"context": 1.0, "jacobi": 0.5})
-    # (1) is a prefix of the chosen (1 2): nothing new; (1 2 3) extends it: kept
-    chosen = scores.select({"context": [(1, 2)], "jacobi": [(1,), (1, 2, 3)]}, 3)
-    assert chosen == [("context", (1, 2)), ("jacobi", (1, 2, 3))]
+    with pytest.raises(ConfigError, match="sources"):
+        LookaheadConfig(sources=("context", "context"))
+    assert LookaheadConfig(sources=["context"]).sources == ("context",)  # type: ignore[arg-type]

@@ -5,9 +5,11 @@ from __future__ import annotations
 import torch
 
 from lookahead import LookaheadConfig
-from lookahead.candidates.lookahead import LookaheadProposer
+from lookahead.candidates.context import ContextSource
+from lookahead.candidates.lookahead import JacobiSource
+from lookahead.candidates.pool import PoolConfig, SourcePool
+from lookahead.engine.calibration import Calibrator
 from lookahead.config import GREEDY
-from lookahead.engine.gate import GateConfig
 from lookahead.engine.kvcache import KVCache
 from lookahead.engine.sampling import TokenChooser
 from lookahead.engine.step import StepRunner
@@ -19,8 +21,10 @@ def test_cache_after_lookahead_steps_equals_autoregressive_cache() -> None:
     for arch in ("llama", "gemma3", "gpt2"):
         lm = model64(arch)
         prompt = lm.encode("abcabcabcabcabcabc", raw=True)
-        runner = StepRunner(lm.model, TokenChooser(GREEDY, lm.model.config.vocab_size), GateConfig(adaptive=False))
-        proposer = LookaheadProposer(LookaheadConfig(3, 4, 4), prompt)
+        runner = StepRunner(lm.model, TokenChooser(GREEDY, lm.model.config.vocab_size))
+        lk = LookaheadConfig(3, 4, 4)
+        sources = [ContextSource(prompt), JacobiSource(lk.window, lk.ngram, prompt)]
+        proposer = SourcePool(sources, PoolConfig(max_tokens=lk.candidate_tokens, per_source=4), Calibrator())
         cache = KVCache()
         runner.prefill(cache, prompt)
         context = list(prompt)

@@ -2,8 +2,11 @@
 
     1. encode and validate the request
     2. prefill the prompt into the KV cache
-    3. repeat: propose -> one step (forward, verify, compact KV) -> apply stop rules -> emit -> update
+    3. repeat: propose -> allocate -> one step (forward, verify, compact KV) -> stop rules -> emit -> update
     4. report the result and its statistics
+
+It ties the engine (lookahead/engine: step, allocator, cost curve) to the candidate sources
+(lookahead/candidates, by strategy name through candidates/registry.py); the engine imports neither.
 """
 
 from __future__ import annotations
@@ -14,16 +17,19 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 
 from lookahead.candidates.ngram_cache import NGramCache
+from lookahead.candidates.registry import ProposerInputs, make_proposer
 from lookahead.config import GREEDY, GenerationConfig, LookaheadConfig, PromptLookupConfig, SamplingConfig, SpeculativeConfig
+from lookahead.engine.allocator import allocate
+from lookahead.engine.calibration import Calibrator
+from lookahead.engine.costs import cost_curve
 from lookahead.engine.draft import Draft, Proposer, ReportsDraftCost
-from lookahead.engine.gate import GateConfig
-from lookahead.engine.kvcache import KVCache
 from lookahead.engine.numerics import width_probe
 from lookahead.engine.sampling import TokenChooser
 from lookahead.engine.step import StepRunner
 from lookahead.engine.stopping import StopState
-from lookahead.engine.strategies import ProposerInputs, make_proposer
 from lookahead.errors import PromptError
+from lookahead.models.dtypes import device_signature
+from lookahead.models.registry import cache_root
 from lookahead.models.loader import LoadedModel, PromptLike
 
 
@@ -43,6 +49,9 @@ class GenerationStats:
     ttft_s: float = 0.0
     tokens_per_s: float = 0.0  # decode tokens per second
     device_s: float = 0.0  # time inside the model's forward passes (prefill and draft model included)
+    overhead_s: float = 0.0  # decode time outside the forward passes: proposing, allocating, verifying, masks
+    speculative_steps: int = 0  # steps that verified at least one guess
+    aux_steps: int = 0  # steps that ran an aux branch (the Jacobi window)
     draft_steps: int = 0  # forward passes of a draft model (speculative; its prefill included)
     draft_s: float = 0.0  # time inside them (part of device_s and decode_s)
     accepted_by_source: dict[str, int] = field(default_factory=dict)
@@ -99,13 +108,16 @@ def stream_events(
     ngram_cache: NGramCache | None = None,
     adaptive: bool = True,
     exact: bool = True,
+    calibrator: Calibrator | None = None,
 ) -> Iterator[StepEvent]:
     """`draft`: a draft model for strategy "speculative" (else `speculative.draft` is resolved);
     `ngram_cache`: cross-request n-grams, offered to "lookahead"/"prompt_lookup" and updated with the
     finished response whatever the strategy. `exact`: pad every pass to the model's width floor where
     one exists (engine/numerics.py), so that every strategy's tokens are bit-identical to padded
     autoregressive decoding at any precision; False runs unpadded (the fastest plain path, identical
-    to the others only up to float rounding)."""
+    to the others only up to float rounding). `calibrator`: acceptance estimates shared by the requests of
+    a class (engine/calibration.py; None: this request learns its own); `adaptive`: size each step with
+    the allocator (engine/allocator.py; False: verify every draft as proposed)."""
     cfg = GenerationConfig(
         max_new_tokens=max_new_tokens,
         strategy=strategy,
@@ -125,11 +137,13 @@ def stream_events(
             f"context of {loaded.context_length} tokens; shorten the prompt or lower max_new_tokens"
         )
     vocab = loaded.model.get_output_embeddings().weight.shape[0]
-    # A draft model's tokens are already paid for when the gate would see them: never gate those.
-    gate = GateConfig(adaptive=cfg.adaptive and cfg.strategy != "speculative")
     numerics = width_probe(loaded.model, cfg.widest_step) if cfg.exact else None
-    runner = StepRunner(loaded.model, TokenChooser(cfg.sampling, vocab), gate, numerics)
-    proposer: Proposer = make_proposer(ProposerInputs(cfg, prompt_ids, loaded, runner.chooser, draft, ngram_cache))
+    runner = StepRunner(loaded.model, TokenChooser(cfg.sampling, vocab), numerics)
+    proposer: Proposer = make_proposer(ProposerInputs(cfg, prompt_ids, loaded, runner.chooser, draft, ngram_cache,
+                                                      calibrator))
+    runner.top_k = getattr(proposer, "top_k", 0)  # sources that recycle the model's top-k predictions
+    curve = cost_curve(loaded.model, runner.model, cache_root() / "cost-curves.json",
+                       f"{loaded.name}|{loaded.dtype}|{device_signature()}")
     cache = runner.new_cache()
     state = StopState(loaded.tokenizer, loaded.eos_token_ids, cfg.max_new_tokens, cfg.stop)
     stats = GenerationStats(prompt_tokens=len(prompt_ids))
@@ -143,13 +157,22 @@ def stream_events(
 
     # 3. Decode: one forward pass per step, at least one token per step.
     context = list(prompt_ids)
+    forward_s = 0.0  # seconds inside the decode steps' forward passes
     while state.finish_reason is None:
         budget = cfg.max_new_tokens - len(state.token_ids) - 1  # candidate tokens worth verifying
         draft = proposer.propose(context, budget)
         if draft.aux is not None and len(context) + int(draft.aux.offsets.max()) >= loaded.context_length:
-            draft = Draft(tree=draft.tree)  # the window would run past the context: skip it this step
+            draft = Draft(tree=draft.tree, calibrated=draft.calibrated)  # the window would run past the context
+        if draft.calibrated:  # size the step: the subtree (and aux rows) worth their cost on this device
+            plan = allocate(draft.tree, draft.tree.probs, curve, aux_rows=_rows(draft), aux_value=draft.aux_value,
+                            chain_only=runner.chain_only, max_width=cfg.widest_step)
+            draft = Draft(tree=draft.tree.subtree(plan.nodes), aux=draft.aux if plan.aux else None)
         outcome = runner.step(cache, context[-1], draft)
+        curve.observe(outcome.query_tokens, outcome.forward_s)
+        forward_s += outcome.forward_s
         stats.steps += 1
+        stats.speculative_steps += outcome.candidate_tokens > 0
+        stats.aux_steps += draft.aux is not None
         stats.processed_tokens += outcome.query_tokens
         stats.guesses_verified += outcome.candidate_tokens
         emitted: list[int] = []
@@ -176,6 +199,7 @@ def stream_events(
     if isinstance(proposer, ReportsDraftCost):
         stats.draft_steps, stats.draft_s = proposer.draft_cost()
     stats.device_s = runner.timer.seconds + stats.draft_s
+    stats.overhead_s = max(stats.decode_s - forward_s - stats.draft_s, 0.0)
     stats.tokens_per_step = stats.new_tokens / max(stats.steps, 1)
     stats.guesses_accepted = sum(n for s, n in by_source.items() if s != "model")
     stats.acceptance_rate = stats.guesses_accepted / stats.guesses_verified if stats.guesses_verified else 0.0
@@ -186,6 +210,10 @@ def stream_events(
     result = GenerationResult(state.text, list(state.token_ids), state.finish_reason or "length", cfg.strategy, stats,
                               dtype=str(loaded.dtype).replace("torch.", ""), width_floor=runner.model.floor)
     yield StepEvent(text=state.take_text(), token_ids=[], result=result)
+
+
+def _rows(draft: Draft) -> int:
+    return 0 if draft.aux is None else int(draft.aux.tokens.shape[0])
 
 
 def generate(loaded: LoadedModel, prompt: PromptLike, **kwargs: object) -> GenerationResult:

@@ -1,0 +1,95 @@
+"""Several free sources behind one Proposer: their guesses, calibrated, merged into one tree.
+
+Each step:
+    1. every source offers up to `per_source` guesses of at most `max_tokens` tokens;
+    2. each guess gets calibrated path probabilities (engine/calibration.py), and every guess offered is
+       tracked, so that it is scored against the text generated at its positions whether or not it is
+       verified;
+    3. the guesses are merged into one trie, the most valuable guess first (so that the tree's first
+       chain is the best single chain, which is all an exact step verifies on some devices);
+    4. an aux-branch source (the Jacobi window) adds its rows and the tokens it is expected to earn.
+The generation loop then sizes the step with the allocator (engine/allocator.py). After the step every
+source sees the outcome (engine/sources.Observation).
+
+The aux branch's worth: the tokens its n-grams got accepted per step while it ran (an EMA). While it
+does not run that estimate is not refreshed, so it drifts back to the optimistic prior over
+`explore_every` steps and the window gets tried again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from lookahead.engine.calibration import Calibrator
+from lookahead.engine.draft import CandidateTree, Draft, StepOutcome
+from lookahead.engine.sources import CandidateSource, Observation, RunsAuxBranch, WantsSuccessors
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """max_tokens: longest guess; per_source: guesses asked of each source per step; allocate: let the
+    allocator size each step (False: verify every guess and run the aux branch every step, as proposed);
+    explore_every: steps after which an idle aux branch is worth its prior again; aux_prior: that prior
+    (tokens per step); decay: EMA weight of the past for the aux branch's worth."""
+
+    max_tokens: int = 7
+    per_source: int = 4
+    allocate: bool = True
+    explore_every: int = 16
+    aux_prior: float = 1.0
+    decay: float = 0.8
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 1 or self.per_source < 0 or self.explore_every < 1:
+            raise ValueError(f"max_tokens >= 1, per_source >= 0 and explore_every >= 1 required, got {self}")
+
+
+class SourcePool:
+    """A Proposer over `sources`; `calibrator` may be shared by the requests of a class."""
+
+    def __init__(self, sources: Sequence[CandidateSource], cfg: PoolConfig, calibrator: Calibrator) -> None:
+        names = [s.name for s in sources]
+        if len(set(names)) != len(names):
+            raise ValueError(f"each source may appear once, got {names}")
+        self.sources = list(sources)
+        self.cfg = cfg
+        self.calibrator = calibrator
+        self.tracker = calibrator.tracker()
+        aux = [s for s in self.sources if isinstance(s, RunsAuxBranch)]
+        self.aux_source = aux[0] if aux else None
+        self.aux_name = self.aux_source.name if self.aux_source is not None else None  # type: ignore[attr-defined]
+        self.top_k = max((s.top_k for s in self.sources if isinstance(s, WantsSuccessors)), default=0)
+        self.aux_worth = cfg.aux_prior
+        self._idle = 0  # steps since the aux branch last ran
+
+    def propose(self, context: Sequence[int], budget: int) -> Draft:
+        n = min(self.cfg.max_tokens, budget)
+        guesses = []
+        if n > 0 and self.cfg.per_source > 0:
+            for source in self.sources:
+                guesses.extend(source.candidates(context, n, self.cfg.per_source))
+        self.tracker.offer(guesses)
+        scored = [(self.calibrator.path_probabilities(g), g) for g in guesses]
+        scored.sort(key=lambda item: sum(item[0]), reverse=True)  # stable: sources keep their own order on ties
+        tree = CandidateTree()
+        for probs, guess in scored:
+            tree.add(guess.tokens, guess.source, probs)
+        if self.aux_source is None:
+            return Draft(tree=tree, calibrated=self.cfg.allocate)
+        drift = min(1.0, self._idle / self.cfg.explore_every)
+        worth = self.aux_worth + (self.cfg.aux_prior - self.aux_worth) * drift
+        return Draft(tree=tree, aux=self.aux_source.branch(), aux_value=max(worth, 0.0), calibrated=self.cfg.allocate)
+
+    def update(self, context: Sequence[int], outcome: StepOutcome) -> None:
+        self.tracker.record(outcome.accepted)
+        if self.aux_source is not None:
+            if outcome.aux_out:
+                earned = sum(1 for s in outcome.accepted_sources if s == self.aux_name)
+                self.aux_worth = self.cfg.decay * self.aux_worth + (1 - self.cfg.decay) * earned
+                self._idle = 0
+            else:
+                self._idle += 1
+        obs = Observation(context, outcome.accepted, outcome.aux_out, outcome.successors)
+        for source in self.sources:
+            source.observe(obs)

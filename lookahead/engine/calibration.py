@@ -1,0 +1,125 @@
+"""Calibrated acceptance: how likely a guess is to be accepted, learned online from what the model did.
+
+For a candidate of source s and feature f (the source's own confidence bucket), the calibrator keeps,
+per depth d, decayed counts of
+
+    reached(s, f, d): the guess's tokens 1..d-1 were all right (so token d was put to the test)
+    hit(s, f, d):     token d was right too
+
+and estimates P(token d right | tokens before it right) by the Laplace-smoothed ratio
+(hit + a) / (reached + a + b). The probability that a node's whole path is accepted is the product of
+those ratios down to its depth (`path_probabilities`).
+
+Every candidate offered is scored, whether or not the allocator let it be verified: once the tokens at
+its positions have been generated, it is compared with them (counterfactual scoring). So a source that
+is not verified for a while still has a current estimate, and the estimate never depends on what the
+allocator chose. Decay (per scored guess) lets the estimate follow a request whose text changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from lookahead.engine.sources import Candidate
+
+Key = tuple[str, int, int]  # (source, feature, depth)
+
+
+@dataclass(frozen=True)
+class CalibrationConfig:
+    """prior_hit / prior_miss: Laplace pseudo-counts (a, b): the estimate before any evidence is
+    a / (a + b); decay: weight kept by old counts each time a key gets new evidence; max_pending: guesses
+    awaiting their tokens (oldest dropped beyond it)."""
+
+    prior_hit: float = 1.0
+    prior_miss: float = 2.0
+    decay: float = 0.98
+    max_pending: int = 4096
+
+    def __post_init__(self) -> None:
+        if self.prior_hit <= 0 or self.prior_miss <= 0:
+            raise ValueError(f"prior counts must be > 0, got {self.prior_hit}, {self.prior_miss}")
+        if not 0.0 < self.decay <= 1.0:
+            raise ValueError(f"decay must be in (0, 1], got {self.decay}")
+
+
+class Calibrator:
+    """Online per-(source, feature, depth) acceptance estimates. One may be shared by the requests of a
+    class (the server keeps one per class); each request scores its guesses through its own `tracker`."""
+
+    def __init__(self, cfg: CalibrationConfig = CalibrationConfig()) -> None:
+        self.cfg = cfg
+        self.hits: dict[Key, float] = {}
+        self.reached: dict[Key, float] = {}
+
+    # -- estimates ------------------------------------------------------------------------------
+    def conditional(self, source: str, feature: int, depth: int) -> float:
+        """P(token at `depth` accepted | the tokens before it accepted)."""
+        key = (source, feature, depth)
+        a, b = self.cfg.prior_hit, self.cfg.prior_miss
+        return (self.hits.get(key, 0.0) + a) / (self.reached.get(key, 0.0) + a + b)
+
+    def path_probabilities(self, cand: Candidate) -> list[float]:
+        """[len(cand.tokens)]: the probability that the candidate's tokens 1..d are all accepted, per d."""
+        out: list[float] = []
+        p = 1.0
+        for depth in range(1, len(cand.tokens) + 1):
+            p *= self.conditional(cand.source, cand.feature, depth)
+            out.append(p)
+        return out
+
+    def observe(self, cand: Candidate, depth: int, hit: bool) -> None:
+        """Token `depth` of `cand` was put to the test (the ones before it were right); `hit`: it was right too."""
+        key, d = (cand.source, cand.feature, depth), self.cfg.decay
+        self.reached[key] = d * self.reached.get(key, 0.0) + 1.0
+        self.hits[key] = d * self.hits.get(key, 0.0) + (1.0 if hit else 0.0)
+
+    def tracker(self) -> GuessTracker:
+        """A per-request scorer that feeds this calibrator."""
+        return GuessTracker(self)
+
+    def report(self) -> dict[str, dict[str, float]]:
+        """{"source/feature/depth": {"reached": n, "rate": smoothed P}} for every key with evidence."""
+        return {f"{s}/{f}/{d}": {"reached": round(self.reached[(s, f, d)], 2),
+                                 "rate": round(self.conditional(s, f, d), 4)}
+                for (s, f, d) in sorted(self.reached)}
+
+
+class GuessTracker:
+    """One request's guesses awaiting their tokens; each is scored once the generated text settles it."""
+
+    def __init__(self, calibrator: Calibrator) -> None:
+        self.calibrator = calibrator
+        self._pending: list[tuple[int, Candidate]] = []  # (index in the generated text of its first token, guess)
+        self._generated: list[int] = []
+
+    def offer(self, candidates: Sequence[Candidate]) -> None:
+        """Guesses made for the next tokens (before they are generated)."""
+        start = len(self._generated)
+        self._pending.extend((start, c) for c in candidates)
+        limit = self.calibrator.cfg.max_pending
+        if len(self._pending) > limit:
+            del self._pending[: len(self._pending) - limit]
+
+    def record(self, accepted: Sequence[int]) -> None:
+        """The tokens generated next (a step's accepted run): score every guess they settle."""
+        gen = self._generated
+        gen.extend(int(t) for t in accepted)
+        still: list[tuple[int, Candidate]] = []
+        for start, cand in self._pending:
+            # Compare the guess with the text generated at its positions so far; a miss settles it.
+            depth, settled = 0, False
+            for i, token in enumerate(cand.tokens):
+                if start + i >= len(gen):
+                    break
+                depth = i + 1
+                if gen[start + i] != token:
+                    settled = True
+                    break
+            if not settled and depth < len(cand.tokens):
+                still.append((start, cand))
+                continue
+            for i in range(depth):
+                self.calibrator.observe(cand, i + 1, gen[start + i] == cand.tokens[i])
+        self._pending = still

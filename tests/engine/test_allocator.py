@@ -1,0 +1,134 @@
+"""Hand-written cases for the allocator (engine/allocator.py) and the cost curve it reads
+(engine/costs.py). Each case spells out E[tokens] / cost for the allocations that compete."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from lookahead.engine.allocator import allocate
+from lookahead.engine.costs import CostCurve
+from lookahead.engine.draft import CandidateTree
+
+
+def tree_of(*paths: tuple[tuple[int, ...], tuple[float, ...]]) -> CandidateTree:
+    tree = CandidateTree()
+    for tokens, probs in paths:
+        tree.add(tokens, "s", probs)
+    return tree
+
+
+# A CPU-like curve: the second row costs 40% more, later rows little (float32 on the 2-core CPU).
+CPU = CostCurve({1: 1.0, 2: 1.4, 4: 1.45, 8: 1.5, 16: 1.7, 32: 2.4})
+
+
+def test_nothing_pays_gives_the_empty_allocation() -> None:
+    # One guess at p = 0.3: 1.3 tokens for 1.4 units (0.93/unit) loses to a plain step (1.0/unit).
+    tree = tree_of(((5,), (0.3,)))
+    plan = allocate(tree, tree.probs, CPU)
+    assert plan.nodes == () and plan.width == 1 and not plan.aux
+    # At p = 0.5 it pays: 1.5 / 1.4 = 1.07 per unit.
+    tree = tree_of(((5,), (0.5,)))
+    assert allocate(tree, tree.probs, CPU).nodes == (0,)
+
+
+def test_a_flat_curve_fills_up_to_the_widest_step() -> None:
+    # Every width costs the same: every node with p > 0 is worth verifying, up to max_width rows.
+    tree = tree_of(((1, 2, 3), (0.2, 0.1, 0.05)), ((4, 5), (0.1, 0.01)), ((6,), (0.001,)))
+    plan = allocate(tree, tree.probs, CostCurve.flat())
+    assert sorted(plan.nodes) == list(range(6))
+    assert plan.width == 7
+    assert allocate(tree, tree.probs, CostCurve.flat(), max_width=4).nodes == (0, 3, 1)  # the 3 likeliest
+
+
+def test_rows_below_the_width_floor_are_free() -> None:
+    # The curve of a steep device, but passes are padded to 2 rows: the first guess costs nothing more,
+    # however unlikely (1.05 / 1.4 beats 1 / 1.4); a second one (3 rows: 1.425 units) would need
+    # p > 1.05 * (1.425 / 1.4 - 1) = 0.019 to pay, and has 0.01.
+    floored = CostCurve({1: 1.0, 2: 1.4, 4: 1.45, 8: 1.5}, floor=2)
+    tree = tree_of(((7,), (0.05,)), ((8,), (0.01,)))
+    assert allocate(tree, tree.probs, floored).nodes == (0,)
+
+
+def test_the_knee_bounds_the_allocation() -> None:
+    # Ten independent guesses at p = 0.3 each on the CPU curve: rows 2..8 are cheap (1.4 -> 1.5 units),
+    # rows past 8 cost 0.025 per row up to 16 and 0.044 per row after that.
+    tree = tree_of(*[((t,), (0.3,)) for t in range(10)])
+    plan = allocate(tree, tree.probs, CPU)
+    # 7 guesses: (1 + 2.1) / 1.5 = 2.07/unit; 10 guesses: (1 + 3.0) / 1.575 = 2.54 -> more is better here
+    assert len(plan.nodes) == 10
+    # with guesses at p = 0.02 the extra rows past the free floor of the curve do not pay
+    weak = tree_of(*[((t,), (0.02,)) for t in range(10)])
+    assert allocate(weak, weak.probs, CPU).nodes == ()
+
+
+def test_chain_only_verifies_one_path_its_best_prefix() -> None:
+    # Two branches: (1 2 3) with path probabilities 0.9 0.8 0.1 and (4) with 0.6. On a flat curve a
+    # tree would take all four nodes; chain_only takes the best single path, (1 2 3), all of it.
+    tree = tree_of(((1, 2, 3), (0.9, 0.8, 0.1)), ((4,), (0.6,)))
+    assert sorted(allocate(tree, tree.probs, CostCurve.flat()).nodes) == [0, 1, 2, 3]
+    plan = allocate(tree, tree.probs, CostCurve.flat(), chain_only=True)
+    assert plan.nodes == (0, 1, 2)
+    # On the CPU curve a third node of p 0.01 costs more than it brings: (1 + 1.7) / 1.425 = 1.89 vs
+    # (1 + 1.71) / 1.45 = 1.87; at p 0.1 it pays: (1 + 1.8) / 1.45 = 1.93
+    assert allocate(tree, tree.probs, CPU, chain_only=True).nodes == (0, 1, 2)
+    tree = tree_of(((1, 2, 3), (0.9, 0.8, 0.01)), ((4,), (0.6,)))
+    assert allocate(tree, tree.probs, CPU, chain_only=True).nodes == (0, 1)
+
+
+def test_parents_always_come_before_their_children() -> None:
+    rng = random.Random(0)
+    for _ in range(200):
+        tree = CandidateTree()
+        for _ in range(rng.randint(1, 6)):
+            n = rng.randint(1, 5)
+            tokens = tuple(rng.randint(0, 3) for _ in range(n))
+            probs, p = [], 1.0
+            for _ in range(n):
+                p *= rng.random()
+                probs.append(p)
+            tree.add(tokens, "s", probs)
+        plan = allocate(tree, tree.probs, CPU)
+        chosen: set[int] = set()
+        for node in plan.nodes:
+            assert tree.parents[node] == -1 or tree.parents[node] in chosen
+            chosen.add(node)
+        tree.subtree(plan.nodes)  # builds: every parent present
+
+
+def test_more_probable_guesses_never_get_fewer_rows() -> None:
+    # Scaling every probability up never shrinks the allocation, on a concave curve.
+    rng = random.Random(1)
+    for _ in range(100):
+        base = [rng.random() * 0.5 for _ in range(8)]
+        sizes = []
+        for scale in (0.2, 0.5, 1.0, 1.5, 2.0):
+            tree = tree_of(*[((t,), (min(p * scale, 1.0),)) for t, p in enumerate(base)])
+            sizes.append(len(allocate(tree, tree.probs, CPU).nodes))
+        assert sizes == sorted(sizes), sizes
+
+
+def test_the_aux_branch_runs_only_when_its_worth_beats_its_rows() -> None:
+    tree = tree_of(((1,), (0.6,)))
+    # 3 aux rows worth 0.05 tokens: 1.6 / 1.4 = 1.14 (no aux) beats 1.65 / 1.4625 = 1.13 (with aux)
+    assert not allocate(tree, tree.probs, CPU, aux_rows=3, aux_value=0.05).aux
+    # worth 0.5 tokens: 2.1 / 1.4625 = 1.44 beats 1.6 / 1.4 = 1.14
+    plan = allocate(tree, tree.probs, CPU, aux_rows=3, aux_value=0.5)
+    assert plan.aux and plan.nodes == (0,) and plan.width == 5
+
+
+def test_cost_curve_interpolates_extrapolates_and_refines() -> None:
+    curve = CostCurve({1: 0.02, 2: 0.03, 4: 0.035})  # seconds: stored relative to one row
+    assert curve(1) == 1.0 and curve(2) == 1.5 and curve(3) == pytest.approx(1.625)
+    assert curve(6) == pytest.approx(1.75 + 2 * 0.125)  # the last segment's slope carries on
+    floored = CostCurve({1: 1.0, 2: 1.5, 4: 1.75}, floor=2)
+    assert floored(1) == floored(2) == 1.5
+    # Observed steps at width 4 run twice as long, relative to width 1, as the curve says: it learns that.
+    for _ in range(60):
+        curve.observe(1, 0.02)
+        curve.observe(4, 0.07)
+    assert curve(4) / curve(1) == pytest.approx(3.5, rel=0.05)
+    assert curve.seconds_per_unit is not None
+    with pytest.raises(ValueError):
+        CostCurve({2: 1.0})

@@ -36,6 +36,7 @@ import lookahead
 from lookahead import LookaheadConfig
 from lookahead.bench.prompts import PROMPTS
 from lookahead.engine.numerics import width_probe
+from lookahead.models import dtypes
 
 AR, UNPADDED, HF = "autoregressive", "autoregressive/unpadded", "hf_generate"
 
@@ -56,13 +57,17 @@ def ours(lm: lookahead.LoadedModel, ids: list[int], max_new: int, strategy: str,
                            exact=exact)
     s = r.stats
     return {"total_s": s.total_s, "token_ids": r.token_ids, "tps": s.tokens_per_step,
-            "q": s.processed_tokens / max(s.steps, 1), "floor": r.width_floor}
+            "q": s.processed_tokens / max(s.steps, 1), "floor": r.width_floor,
+            "overhead": s.overhead_s / s.decode_s if s.decode_s else 0.0, "by_source": s.accepted_by_source,
+            "device_s": s.device_s}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m-instruct")
-    ap.add_argument("--dtypes", default="bfloat16,float32")
+    ap.add_argument("--dtypes", default="",
+                    help="comma-separated (default: bfloat16,float32 where the CPU has native bf16 kernels, else "
+                         "float32; load refuses bf16 elsewhere)")
     ap.add_argument("--prompts", default="abcdef")
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=3)
@@ -70,13 +75,19 @@ def main() -> int:
     ap.add_argument("--strategies", default="lookahead,prompt_lookup", help="engine strategies besides the baselines")
     ap.add_argument("--variants", default="", metavar="W,N,G[,T];...",
                     help="extra lookahead shapes (T: context_tokens), each run as 'lookahead W=.. N=.. G=.. T=..'")
+    ap.add_argument("--source-sets", default="", metavar="a+b;...",
+                    help="extra lookahead source sets (candidates/registry.py), each run as 'lookahead a+b'")
     args = ap.parse_args()
     variants = {}
+    for spec in filter(None, args.source_sets.split(";")):
+        variants[f"lookahead {spec}"] = LookaheadConfig(sources=tuple(spec.split("+")))
     for spec in filter(None, args.variants.split(";")):
         w, n_, g, *t = (int(v) for v in spec.split(","))
         cfg = LookaheadConfig(w, n_, g, context_tokens=t[0] if t else None)
         variants[f"lookahead W={w} N={n_} G={g}" + (f" T={t[0]}" if t else "")] = cfg
     torch.set_num_threads(args.threads)
+    if not args.dtypes:
+        args.dtypes = "bfloat16,float32" if "bfloat16" in dtypes.supported() else "float32"
     n = args.max_new_tokens
 
     runs: dict[tuple[str, str], Callable[[list[int]], dict]] = {}
@@ -106,6 +117,7 @@ def main() -> int:
                 print(json.dumps({"repeat": rep, "prompt": p, "dtype": key[0], "strategy": key[1],
                                   "total_s": row["total_s"], "tokens": len(row["token_ids"]),
                                   "tokens_per_step": row["tps"], "query_per_step": row["q"],
+                                  "overhead": row.get("overhead"), "by_source": row.get("by_source"),
                                   "identical": row["token_ids"] == ref}), file=sys.stderr, flush=True)
             print(f"repeat {rep + 1}/{args.repeats} prompt {p} done", file=sys.stderr, flush=True)
 
@@ -113,8 +125,8 @@ def main() -> int:
         return statistics.median(r["total_s"] / max(len(r["token_ids"]), 1) for r in rows) * 1000
 
     table: dict[str, dict[str, dict]] = {}
-    print(f"\n{'prompt':<7}{'dtype':<10}{'strategy':<25}{'tokens':>7}{'tok/step':>9}{'q/step':>7}{'ms/tok':>8}"
-          f"{'vs fastest AR':>14}{'identical':>10}")
+    print(f"\n{'prompt':<7}{'dtype':<10}{'strategy':<32}{'tokens':>7}{'tok/step':>9}{'q/step':>7}{'ms/tok':>8}"
+          f"{'vs fastest AR':>14}{'identical':>10}{'overhead':>9}  accepted by source")
     for p in args.prompts:
         table[p] = {}
         for dtype in models:
@@ -126,10 +138,14 @@ def main() -> int:
                 ms = ms_per_token(rows)
                 entry = {"tokens": len(rows[0]["token_ids"]), "tokens_per_step": rows[0]["tps"],
                          "query_per_step": rows[0]["q"], "ms_per_token": ms, "speedup": fastest / ms,
-                         "identical": all(r["token_ids"] == base for r in rows)}
+                         "identical": all(r["token_ids"] == base for r in rows),
+                         "overhead": statistics.median(r.get("overhead", 0.0) for r in rows),
+                         "by_source": rows[0].get("by_source", {})}
                 table[p][f"{dtype} {name}"] = entry
-                print(f"{p:<7}{dtype:<10}{name:<25}{entry['tokens']:>7}{entry['tokens_per_step']:>9.2f}"
-                      f"{entry['query_per_step']:>7.1f}{ms:>8.1f}{entry['speedup']:>14.2f}{str(entry['identical']):>10}")
+                spent = {k: v for k, v in entry["by_source"].items() if k != "model"}
+                print(f"{p:<7}{dtype:<10}{name:<32}{entry['tokens']:>7}{entry['tokens_per_step']:>9.2f}"
+                      f"{entry['query_per_step']:>7.1f}{ms:>8.1f}{entry['speedup']:>14.2f}{str(entry['identical']):>10}"
+                      f"{entry['overhead']:>9.1%}  {spent}")
     keys = list(table[args.prompts[0]])
     geo = {k: math.exp(statistics.fmean(math.log(table[p][k]["speedup"]) for p in args.prompts)) for k in keys}
     ident = {k: sum(table[p][k]["identical"] for p in args.prompts) for k in keys}
@@ -139,14 +155,22 @@ def main() -> int:
                     min(table[p][f"bfloat16 {s}"]["ms_per_token"] for s in (UNPADDED, HF)) for p in args.prompts}
     print("\ngeomean speedup over the fastest autoregressive path of the same dtype:")
     for k in keys:
-        print(f"  {k:<36}{geo[k]:.2f}x   identical {ident[k]}/{len(args.prompts)}")
+        print(f"  {k:<42}{geo[k]:.2f}x   identical {ident[k]}/{len(args.prompts)}")
+    # Paired: lookahead's time per token against prompt lookup's, prompt by prompt, same dtype and run.
+    vs_pl = {}
+    for dtype in models:
+        if f"{dtype} prompt_lookup" in keys and f"{dtype} lookahead" in keys:
+            r = [table[p][f"{dtype} prompt_lookup"]["ms_per_token"] / table[p][f"{dtype} lookahead"]["ms_per_token"]
+                 for p in args.prompts]
+            vs_pl[dtype] = math.exp(statistics.fmean(math.log(v) for v in r))
+            print(f"{dtype}: lookahead vs prompt_lookup, geomean of paired ratios {vs_pl[dtype]:.2f}x")
     if ar_ratio:
         g = math.exp(statistics.fmean(math.log(v) for v in ar_ratio.values()))
         print(f"bfloat16 vs float32 autoregressive tokens/s (fastest paths): geomean {g:.2f}x")
     floors = {d: width_probe(m.model).floor for d, m in models.items()}
     print(json.dumps({"model": args.model, "max_new_tokens": n, "repeats": args.repeats, "threads": args.threads,
                       "width_floor": floors, "defaults": LookaheadConfig().__dict__, "geomean": geo,
-                      "identical": ident, "bf16_vs_fp32_ar": ar_ratio, "table": table}))
+                      "identical": ident, "vs_prompt_lookup": vs_pl, "bf16_vs_fp32_ar": ar_ratio, "table": table}))
     return 0
 
 

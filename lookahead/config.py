@@ -40,7 +40,7 @@ class LookaheadConfig:
     context_ngrams: bool = True
     max_pool_per_key: int = 16
     context_tokens: int | None = 7
-    sources: tuple[str, ...] = ("context", "cache", "jacobi")
+    sources: tuple[str, ...] = ("context", "recycle", "cache", "jacobi")
 
     def __post_init__(self) -> None:
         if not isinstance(self.window, int) or self.window < 1:

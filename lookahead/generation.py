@@ -144,6 +144,7 @@ def stream_events(
     runner.top_k = getattr(proposer, "top_k", 0)  # sources that recycle the model's top-k predictions
     curve = cost_curve(loaded.model, runner.model, cache_root() / "cost-curves.json",
                        f"{loaded.name}|{loaded.dtype}|{device_signature()}")
+    runner.pad_to = lambda k: min(curve.pad_to(k), max(k, cfg.widest_step))  # rows up to a cheaper width are free
     cache = runner.new_cache()
     state = StopState(loaded.tokenizer, loaded.eos_token_ids, cfg.max_new_tokens, cfg.stop)
     stats = GenerationStats(prompt_tokens=len(prompt_ids))

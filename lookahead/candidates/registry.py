@@ -71,6 +71,9 @@ SOURCES: dict[str, Callable[[ProposerInputs], CandidateSource | None]] = {
     "suffix": lambda x: SuffixSource(x.prompt),
 }
 
+# Sources that copy spans of text (turned off by LookaheadConfig.context_ngrams=False).
+COPY_SOURCES = ("context", "suffix", "cache")
+
 # Free-source strategies and the sources they draw from ("lookahead" takes LookaheadConfig.sources).
 STRATEGY_SOURCES: dict[str, tuple[str, ...]] = {
     "lookahead_jacobi": ("jacobi",),
@@ -85,6 +88,8 @@ def source_names() -> tuple[str, ...]:
 def _pool(x: ProposerInputs) -> Proposer:
     cfg = x.cfg
     names = cfg.lookahead.sources if cfg.strategy == "lookahead" else STRATEGY_SOURCES[cfg.strategy]
+    if cfg.strategy == "lookahead" and not cfg.lookahead.context_ngrams:  # the paper's Jacobi-only pool
+        names = tuple(n for n in names if n not in COPY_SOURCES)
     unknown = [n for n in names if n not in SOURCES]
     if unknown:
         raise ConfigError(f"unknown candidate source(s) {', '.join(unknown)}; choose from {', '.join(SOURCES)}")

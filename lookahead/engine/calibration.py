@@ -80,10 +80,12 @@ class Calibrator:
         return GuessTracker(self)
 
     def report(self) -> dict[str, dict[str, float]]:
-        """{"source/feature/depth": {"reached": n, "rate": smoothed P}} for every key with evidence."""
-        return {f"{s}/{f}/{d}": {"reached": round(self.reached[(s, f, d)], 2),
-                                 "rate": round(self.conditional(s, f, d), 4)}
-                for (s, f, d) in sorted(self.reached)}
+        """{"source/feature/depth": {"reached": n, "rate": smoothed P}} for every key with evidence.
+        Safe to call from another thread while a request updates the counts (it reads copies)."""
+        reached, hits = dict(self.reached), dict(self.hits)  # one C-level copy each: atomic under the GIL
+        a, b = self.cfg.prior_hit, self.cfg.prior_miss
+        return {f"{s}/{f}/{d}": {"reached": round(n, 2), "rate": round((hits.get((s, f, d), 0.0) + a) / (n + a + b), 4)}
+                for (s, f, d), n in sorted(reached.items())}
 
 
 class GuessTracker:

@@ -46,9 +46,24 @@ class CostCurve:
         self._fixes: dict[int, float] = {}  # width -> EMA of observed / predicted
 
     def __call__(self, width: int) -> float:
-        """Relative cost of a pass of `width` rows (only ratios between widths matter)."""
-        k = max(width, self.floor or 1, 1)
+        """Relative cost of a pass of `width` rows (only ratios between widths matter): the cost of the
+        cheapest width it can be padded to (see `pad_to`)."""
+        return self._cost(self.pad_to(width))
+
+    def _cost(self, k: int) -> float:
         return self._base(k) * self._fixes.get(k, 1.0)
+
+    def pad_to(self, width: int) -> int:
+        """The width to run `width` rows at: itself, or a wider measured width that costs less. Some
+        kernels are not monotone in the number of rows (float32 MKL here: 8 rows cost less than 4), and
+        dummy rows are free to add, so a pass is padded to the cheapest width at or above its own."""
+        k = max(width, self.floor or 1, 1)
+        best, best_cost = k, self._cost(k)
+        for w in self.widths[bisect.bisect_right(self.widths, k):]:
+            c = self._cost(w)
+            if c < best_cost:
+                best, best_cost = w, c
+        return best
 
     def _base(self, k: int) -> float:
         ws, cs = self.widths, self.costs
@@ -68,7 +83,7 @@ class CostCurve:
         """Refine from one step's forward time at `width` rows (before padding). The scale (seconds per
         unit of the measured curve) follows every step; each width's correction follows its own steps,
         so the ratios between the widths the engine actually runs come from the engine's own timings."""
-        k = max(width, self.floor or 1, 1)
+        k = max(width, self.floor or 1, 1)  # the width that ran (after padding)
         base, d = self._base(k), self.decay
         unit = seconds / base
         self._scale = unit if self._scale is None else d * self._scale + (1 - d) * unit

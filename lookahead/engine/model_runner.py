@@ -45,11 +45,13 @@ class ModelRunner:
         self.timer = ForwardTimer()
 
     def forward(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor, local: torch.Tensor,
-                keep: torch.Tensor) -> torch.Tensor:
-        """tokens/positions: [Q]; local: [Q, Q] bool; keep: [K] ascending row indices.
-        Appends Q entries to the cache and returns logits [K, V] for the `keep` rows."""
+                keep: torch.Tensor, width: int = 0) -> torch.Tensor:
+        """tokens/positions: [Q]; local: [Q, Q] bool; keep: [K] ascending row indices; width: run the pass
+        at least this wide (dummy rows; see costs.CostCurve.pad_to). Appends Q entries to the cache and
+        returns logits [K, V] for the `keep` rows."""
         q = int(tokens.shape[0])
-        pad = max(0, (self.floor or 0) - q)
+        pad = max(0, self.floor or 0, width) - q
+        pad = max(pad, 0)
         if pad:  # dummy rows after the real ones: each sees the prefix and itself only
             tokens = torch.cat([tokens, tokens[:1].expand(pad)])
             positions = torch.cat([positions, positions[:1].expand(pad)])

@@ -8,6 +8,7 @@ and the padding to the device's width floor live in engine/model_runner.py.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -22,8 +23,8 @@ from lookahead.engine.sampling import TokenChooser
 
 class StepRunner:
     """Runs steps for one sequence. `numerics`: the model's width probe; with a usable floor every pass
-    is padded to it, and unless rows are gap-invariant only the tree's first chain is verified, so that
-    every accepted token is bit-identical to (padded) autoregressive decoding. None: unpadded.
+    is padded to it and only the tree's best chain is verified, so that every accepted token is
+    bit-identical to (padded) autoregressive decoding. None: unpadded, any tree.
     `top_k`: also report the model's top-k next tokens at every computed row (StepOutcome.successors),
     for sources that recycle them; 0: none."""
 
@@ -33,7 +34,10 @@ class StepRunner:
                                  exact_attention=exact and numerics.exact_attention)  # type: ignore[union-attr]
         self.chooser = chooser
         self.top_k = top_k
-        self.chain_only = exact and not numerics.gap_invariant  # type: ignore[union-attr]
+        self.pad_to: Callable[[int], int] | None = None  # the width to run a pass of k rows at (cost curve)
+        # Exact steps verify one chain: a probe of a few gap shapes passing does not prove every tree
+        # layout exact (a bf16 tree of recycled guesses broke identity where the probe said gap-invariant).
+        self.chain_only = exact
 
     def new_cache(self) -> KVCache:
         """A cache for this runner: keys aligned (engine/kvcache.py) when passes are padded for exactness."""
@@ -57,7 +61,8 @@ class StepRunner:
 
         # 2. Forward: logits for the root, the tree nodes and the aux out rows only.
         spent = self.model.timer.seconds
-        logits = self.model.forward(cache, query.tokens, query.positions, query.local, query.keep)  # [K, V]
+        width = self.pad_to(query.width) if self.pad_to is not None else 0
+        logits = self.model.forward(cache, query.tokens, query.positions, query.local, query.keep, width)  # [K, V]
         spent = self.model.timer.seconds - spent
 
         # 3. Choose: the model's own token at every kept row (greedy or seeded Gumbel-max).
@@ -75,5 +80,5 @@ class StepRunner:
         if self.top_k:
             top = torch.topk(logits, self.top_k, dim=-1).indices.tolist()  # [K, top_k]
             successors = list(zip(query.tokens[query.keep].tolist(), map(tuple, top)))
-        return StepOutcome(accepted, sources, chosen[1 + t :], query_tokens=max(query.width, self.model.floor or 1),
+        return StepOutcome(accepted, sources, chosen[1 + t :], query_tokens=max(query.width, self.model.floor or 1, width),
                            candidate_tokens=t, successors=successors, forward_s=spent)

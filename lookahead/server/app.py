@@ -212,7 +212,8 @@ def create_app(
 
     @app.get("/v1/policy", summary="The decoding policy in force")
     async def policy() -> dict[str, Any]:
-        return {"object": "policy", "source": config.policy_source, "policy": public_policy(config.policy)}
+        return {"object": "policy", "source": config.policy_source, "policy": public_policy(config.policy),
+                "calibration": worker.calibration()}
 
     @app.post("/v1/chat/completions", summary="Chat completion (OpenAI-compatible)")
     async def chat_completions(

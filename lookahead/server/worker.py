@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lookahead.candidates.ngram_cache import NGramCaches
+from lookahead.engine.calibration import Calibrator
 from lookahead.config import SamplingConfig
 from lookahead.errors import LookaheadError
 from lookahead.policy import Decision
@@ -151,6 +152,7 @@ class ModelWorker:
         self._admit = threading.Lock()
         self._metrics = metrics
         self._caches = ngram_caches  # per class label; only this thread writes them
+        self._calibrators: dict[str, Calibrator] = {}  # per class label: what its guesses' acceptance has been
         self._stream: StreamFn = stream_fn if stream_fn is not None else _engine_stream()
         self._queue: queue.Queue[Job | None] = queue.Queue(maxsize=max_queue)
         self._thread: threading.Thread | None = None
@@ -159,6 +161,10 @@ class ModelWorker:
         self._service_s = 1.0  # moving average of one job's run time, for Retry-After
 
     # -- state, read from the event loop -------------------------------------------------------
+    def calibration(self) -> dict[str, dict[str, dict[str, float]]]:
+        """Per class: the calibrated acceptance of its guesses, per source/feature/depth."""
+        return {label: cal.report() for label, cal in list(self._calibrators.items())}
+
     @property
     def queue_depth(self) -> int:
         return self._queue.qsize()
@@ -267,6 +273,7 @@ class ModelWorker:
         events = None
         cache = self._caches.get(spec.label) if self._caches is not None and spec.ngram_cache else None
         extra: dict[str, Any] = {} if cache is None else {"ngram_cache": cache}
+        extra["calibrator"] = self._calibrators.setdefault(spec.label, Calibrator())
         if spec.draft is not None:
             extra["draft"] = spec.draft
         try:

@@ -132,3 +132,14 @@ def test_cost_curve_interpolates_extrapolates_and_refines() -> None:
     assert curve.seconds_per_unit is not None
     with pytest.raises(ValueError):
         CostCurve({2: 1.0})
+
+
+def test_a_pass_is_padded_to_a_cheaper_wider_width() -> None:
+    # float32 MKL on a 2-core CPU: 8 rows cost less than 4 (measured 1.86 vs 2.0 one-row passes), so
+    # 3..7 rows run as 8 (dummy rows are free to add) and cost what 8 cost; 2 rows stay 2.
+    curve = CostCurve({1: 1.0, 2: 1.78, 3: 2.2, 4: 2.0, 8: 1.86, 16: 2.34})
+    assert [curve.pad_to(k) for k in (1, 2, 3, 4, 7, 8, 9, 16)] == [1, 2, 8, 8, 8, 8, 9, 16]
+    assert curve(3) == curve(8) == pytest.approx(1.86)
+    # the allocator sees the padded cost: 6 guesses at p = 0.2 (2.2 tokens / 1.86 = 1.18) beat none (1.0)
+    tree = tree_of(*[((t,), (0.2,)) for t in range(6)])
+    assert len(allocate(tree, tree.probs, curve).nodes) == 6

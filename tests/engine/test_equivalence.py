@@ -112,3 +112,27 @@ def test_stop_strings_truncate_where_autoregressive_stops() -> None:
     a = lookahead.generate(lm, ids, max_new_tokens=40, strategy="autoregressive", stop=[stop])
     b = lookahead.generate(lm, ids, max_new_tokens=40, stop=[stop])
     assert a.token_ids == b.token_ids
+
+
+# Every free source alone, and all of them together, each greedy and seeded-sampled.
+SOURCE_SETS = [("recycle",), ("suffix",), ("context",), ("jacobi",), ("context", "suffix", "recycle", "cache", "jacobi")]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_every_source_is_lossless_greedy_and_sampled(arch: str) -> None:
+    lm = model64(arch)
+    accepted: dict[str, int] = {}
+    for i, text in enumerate(prompts(10)):
+        ids = lm.encode(text, raw=True)
+        sources = SOURCE_SETS[i % len(SOURCE_SETS)]
+        cache = lookahead.NGramCache()
+        cache.add_response(ids[:4], ids)  # the cache source gets something to offer
+        for sampling in (lookahead.SamplingConfig(), lookahead.SamplingConfig(temperature=0.9, top_p=0.95, seed=i)):
+            ar = lookahead.generate(lm, ids, max_new_tokens=MAX_NEW, strategy="autoregressive", sampling=sampling)
+            la = lookahead.generate(lm, ids, max_new_tokens=MAX_NEW, lookahead=LookaheadConfig(sources=sources),
+                                    sampling=sampling, adaptive=i % 2 == 0, ngram_cache=cache)
+            assert la.token_ids == ar.token_ids, f"{arch} prompt {i} sources {sources} {sampling}"
+            for source, n in la.stats.accepted_by_source.items():
+                accepted[source] = accepted.get(source, 0) + n
+    # each source got guesses accepted somewhere, or its equivalence proves little
+    assert {"recycle", "suffix", "context", "jacobi"} <= {s for s, n in accepted.items() if n > 0}, accepted

@@ -33,13 +33,14 @@ from lookahead.models import LoadedModel
 from .helpers import hf_greedy, model64
 
 MAX_NEW = 40
-PROMPTS = ["hello hello hello", "lorem ipsum dolor sit amet", "END END", "zzzzzzzz", "SELECT * FROM t WHERE"]
+PROMPTS = ["hello hello hello", "lorem ipsum dolor sit amet", "END END", "zzzzzzzz", "SELECT * FROM t WHERE",
+           "abcabcabcabc", "one two three one two three one", "tick tock tick tock"]
 
 
 def strategy_kwargs(strategy: str, lm: LoadedModel) -> dict[str, Any]:
     if strategy == "speculative":  # the target drafts for itself: every drafted token is accepted
         return {"strategy": "speculative", "draft": lm, "speculative": SpeculativeConfig(draft_tokens=4)}
-    return {"strategy": "lookahead", "lookahead": LookaheadConfig(2, 4, 4), "adaptive": False}
+    return {"strategy": "lookahead", "lookahead": LookaheadConfig(2, 4, 4, sources=("context", "jacobi")), "adaptive": False}
 
 
 def runs_of(lm: LoadedModel, ids: list[int], stop: list[str], **kwargs: Any) -> tuple[list[list[int]], Any]:

@@ -21,7 +21,7 @@ from lookahead.candidates.registry import ProposerInputs, make_proposer
 from lookahead.config import GREEDY, GenerationConfig, LookaheadConfig, PromptLookupConfig, SamplingConfig, SpeculativeConfig
 from lookahead.engine.allocator import allocate
 from lookahead.engine.calibration import Calibrator
-from lookahead.engine.costs import cost_curve
+from lookahead.engine.costs import CostCurve, cost_curve
 from lookahead.engine.draft import Draft, Proposer, ReportsDraftCost
 from lookahead.engine.numerics import width_probe
 from lookahead.engine.sampling import TokenChooser
@@ -142,8 +142,7 @@ def stream_events(
     proposer: Proposer = make_proposer(ProposerInputs(cfg, prompt_ids, loaded, runner.chooser, draft, ngram_cache,
                                                       calibrator))
     runner.top_k = getattr(proposer, "top_k", 0)  # sources that recycle the model's top-k predictions
-    curve = cost_curve(loaded.model, runner.model, cache_root() / "cost-curves.json",
-                       f"{loaded.name}|{loaded.dtype}|{device_signature()}")
+    curve = device_costs(loaded, runner)
     runner.pad_to = lambda k: min(curve.pad_to(k), max(k, cfg.widest_step))  # rows up to a cheaper width are free
     cache = runner.new_cache()
     state = StopState(loaded.tokenizer, loaded.eos_token_ids, cfg.max_new_tokens, cfg.stop)
@@ -211,6 +210,21 @@ def stream_events(
     result = GenerationResult(state.text, list(state.token_ids), state.finish_reason or "length", cfg.strategy, stats,
                               dtype=str(loaded.dtype).replace("torch.", ""), width_floor=runner.model.floor)
     yield StepEvent(text=state.take_text(), token_ids=[], result=result)
+
+
+def device_costs(loaded: LoadedModel, runner: StepRunner, remeasure: bool = False) -> CostCurve:
+    """The cost curve of `runner`'s passes on this device (engine/costs.py), cached per model, dtype,
+    device and pass kind; `remeasure` re-times it and overwrites the cache (`lookahead profile`)."""
+    return cost_curve(loaded.model, runner.model, cache_root() / "cost-curves.json",
+                      f"{loaded.name}|{loaded.dtype}|{device_signature()}", remeasure=remeasure)
+
+
+def engine_cost_curve(loaded: LoadedModel, exact: bool = True, remeasure: bool = False) -> CostCurve:
+    """The curve the allocator reads for default generation settings (exact passes unless told)."""
+    cfg = GenerationConfig(exact=exact)
+    numerics = width_probe(loaded.model, cfg.widest_step) if exact else None
+    vocab = loaded.model.get_output_embeddings().weight.shape[0]
+    return device_costs(loaded, StepRunner(loaded.model, TokenChooser(cfg.sampling, vocab), numerics), remeasure)
 
 
 def _rows(draft: Draft) -> int:

@@ -144,6 +144,7 @@ def run_profile_command(args: argparse.Namespace) -> int:
     from lookahead.bench.profile import DEFAULT_KS, prefill_decode_share, run_profile, table
     from lookahead.bench.results import read_rows
     from lookahead.engine.numerics import width_probe
+    from lookahead.generation import engine_cost_curve
 
     try:
         contexts = parse_ints(args.context, "--context")
@@ -156,6 +157,8 @@ def run_profile_command(args: argparse.Namespace) -> int:
                           log=lambda m: print(m, file=sys.stderr))
         doc["dtype"] = str(loaded.dtype).replace("torch.", "")
         doc["numerics"] = width_probe(loaded.model).to_dict()
+        # The curve the engine's allocator reads (engine/costs.py): re-timed now and cached for it.
+        doc["cost_curve"] = engine_cost_curve(loaded, remeasure=True).to_json()
         if args.results:
             p = Path(args.results)
             p = p / "results.jsonl" if p.is_dir() else p
@@ -171,6 +174,8 @@ def run_profile_command(args: argparse.Namespace) -> int:
     if doc["contexts"]:
         plots.profile(doc, out / "profile.png")
     print(table(doc))
+    print("engine cost curve (t(k)/t(1), cached for the allocator): "
+          + ", ".join(f"{k}: {v}" for k, v in doc["cost_curve"].items()))
     print(json.dumps({"out": str(out), "budget": {str(c["context"]): c["free_budget_tokens"] for c in doc["contexts"]},
                       "recommended": {str(c["context"]): c["recommended"] for c in doc["contexts"]}}))
     return 0

@@ -35,13 +35,15 @@ class CostCurve:
     """Relative cost c(k) = t(k) / t(1) for k query rows, piecewise linear between measured widths and
     linear beyond the widest. `floor`: passes are padded to it, so c(k) = c(floor) for k < floor."""
 
-    def __init__(self, relative: Mapping[int, float], floor: int | None = None, decay: float = 0.9) -> None:
+    def __init__(self, relative: Mapping[int, float], floor: int | None = None, decay: float = 0.9,
+                 learns: bool = True) -> None:
         if not relative or 1 not in relative or any(k < 1 or v <= 0 for k, v in relative.items()):
             raise ValueError(f"a cost curve needs positive costs at widths >= 1 including 1, got {dict(relative)}")
         self.widths = sorted(relative)
         self.costs = [relative[k] / relative[1] for k in self.widths]
         self.floor = floor
         self.decay = decay
+        self.learns = learns  # False: `observe` changes nothing (a fixed curve keeps allocations reproducible)
         self._scale: float | None = None  # EMA of seconds per unit of relative cost (t(1) in seconds)
         self._fixes: dict[int, float] = {}  # width -> EMA of observed / predicted
 
@@ -83,6 +85,8 @@ class CostCurve:
         """Refine from one step's forward time at `width` rows (before padding). The scale (seconds per
         unit of the measured curve) follows every step; each width's correction follows its own steps,
         so the ratios between the widths the engine actually runs come from the engine's own timings."""
+        if not self.learns:
+            return
         k = max(width, self.floor or 1, 1)  # the width that ran (after padding)
         base, d = self._base(k), self.decay
         unit = seconds / base
@@ -99,8 +103,9 @@ class CostCurve:
 
     @classmethod
     def flat(cls, floor: int | None = None) -> CostCurve:
-        """Every width costs the same: what a bandwidth-bound device looks like far below its knee."""
-        return cls({1: 1.0, 1024: 1.0}, floor)
+        """Every width costs the same: what a bandwidth-bound device looks like far below its knee. It
+        does not learn from timings, so what the test models decide does not depend on the machine's load."""
+        return cls({1: 1.0, 1024: 1.0}, floor, learns=False)
 
 
 def measure(model: Any, runner: Any, widths: Sequence[int] = DEFAULT_WIDTHS, repeats: int = 3,
@@ -128,20 +133,22 @@ def measure(model: Any, runner: Any, widths: Sequence[int] = DEFAULT_WIDTHS, rep
 _CURVES: weakref.WeakKeyDictionary[Any, dict[tuple[int | None, bool], CostCurve]] = weakref.WeakKeyDictionary()
 
 
-def cost_curve(model: Any, runner: Any, cache_file: Path | None = None, cache_key: str = "") -> CostCurve:
+def cost_curve(model: Any, runner: Any, cache_file: Path | None = None, cache_key: str = "",
+               remeasure: bool = False) -> CostCurve:
     """The model's curve for passes run by `runner` (its floor and attention), shared by every request
     on the model so that each one refines it. Measured on first use (a few seconds) unless `cache_file`
     holds it under `cache_key`; a model without a cache file entry whose timings mean nothing (the
-    random-weight test models, `flat=True` in lookahead.testing) gets the flat curve."""
+    random-weight test models, `flat=True` in lookahead.testing) gets the flat curve. `remeasure`:
+    measure now and overwrite what is stored (`lookahead profile`)."""
     per_model = _CURVES.setdefault(model, {})
     kind = (runner.floor, runner.exact_attention)
-    if kind in per_model:
+    if kind in per_model and not remeasure:
         return per_model[kind]
     if getattr(model, "_lookahead_flat_costs", False):
         curve = CostCurve.flat(runner.floor)
     else:
         key = f"{cache_key}|floor={runner.floor}|exact={runner.exact_attention}|v{CURVE_VERSION}"
-        stored = read_json(cache_file).get(key) if cache_file is not None else None
+        stored = read_json(cache_file).get(key) if cache_file is not None and not remeasure else None
         try:
             curve = CostCurve({int(k): float(v) for k, v in stored.items()}, runner.floor)  # type: ignore[union-attr]
         except (AttributeError, TypeError, ValueError):

@@ -46,6 +46,10 @@ def test_profile_command_on_tiny_model(tiny_model_dir: Path, tmp_path: Path) -> 
     line = res.json_line()
     assert set(line["budget"]) == {"16", "64"}
     assert "skipped" in res.out
+    # the engine's own curve (what the allocator reads), re-timed through its model runner and cached
+    curve = doc["cost_curve"]
+    assert curve["1"] == 1.0 and {"2", "8", "32"} <= set(curve) and all(v > 0 for v in curve.values())
+    assert "engine cost curve" in res.out
 
 
 @pytest.mark.parametrize("argv, message", [

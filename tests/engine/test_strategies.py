@@ -150,7 +150,7 @@ def test_prompt_lookup_with_and_without_matches() -> None:
 
 
 @pytest.mark.parametrize("strategy", ["lookahead", "prompt_lookup"])
-def test_cache_warmed_by_earlier_requests_raises_acceptance(strategy: str) -> None:
+def test_cache_warmed_by_earlier_requests_settles_more_per_step(strategy: str) -> None:
     lm = no_eos(model64("llama"))
     ids = lm.encode("Dear Sir, please find attached", raw=True)
     ar = _generate(lm, ids, max_new_tokens=40, strategy="autoregressive")
@@ -162,7 +162,10 @@ def test_cache_warmed_by_earlier_requests_raises_acceptance(strategy: str) -> No
     assert "cache" not in cold.stats.accepted_by_source
     assert warm.stats.accepted_by_source.get("cache", 0) > 0
     assert warm.stats.tokens_per_step > cold.stats.tokens_per_step
-    assert warm.stats.acceptance_rate > cold.stats.acceptance_rate
+    assert warm.stats.steps < cold.stats.steps
+    # Not asserted: a higher acceptance rate. Once the cache is confident the allocator verifies deeper
+    # trees, so more guesses are checked per step and the accepted share need not rise (it did not: 30/70
+    # warm vs 18/42 cold for prompt lookup); what the cache must buy is fewer, fuller steps.
 
 
 def test_cache_is_learned_from_any_strategy_and_ignored_by_jacobi_only() -> None:

@@ -6,9 +6,21 @@ per depth d, decayed counts of
     reached(s, f, d): the guess's tokens 1..d-1 were all right (so token d was put to the test)
     hit(s, f, d):     token d was right too
 
-and estimates P(token d right | tokens before it right) by the Laplace-smoothed ratio
-(hit + a) / (reached + a + b). The probability that a node's whole path is accepted is the product of
-those ratios down to its depth (`path_probabilities`).
+and estimates P(token d right | tokens before it right) by a smoothed ratio
+
+    (hit + k * m) / (reached + k),    k = a + b,
+
+shrunk towards m with the weight of k pseudo-counts. m is what the source's *other* features say at
+that depth, itself smoothed towards the fixed prior a / (a + b):
+
+    m = (hit(s, other f, d) + a) / (reached(s, other f, d) + a + b)
+
+So a feature seen rarely (a rank-5 recycled successor, a long suffix match) starts from its source's
+measured rate at that depth rather than from a fixed 1/3: on text where the source is almost never
+right its unseen features are not worth a wide step either, and where it is usually right they are.
+With `backoff=False` (or a source with one feature) m is the fixed prior: plain Laplace smoothing.
+The probability that a node's whole path is accepted is the product of those ratios down to its depth
+(`path_probabilities`).
 
 Every candidate offered is scored, whether or not the allocator let it be verified: once the tokens at
 its positions have been generated, it is compared with them (counterfactual scoring). So a source that
@@ -28,14 +40,16 @@ Key = tuple[str, int, int]  # (source, feature, depth)
 
 @dataclass(frozen=True)
 class CalibrationConfig:
-    """prior_hit / prior_miss: Laplace pseudo-counts (a, b): the estimate before any evidence is
-    a / (a + b); decay: weight kept by old counts each time a key gets new evidence; max_pending: guesses
-    awaiting their tokens (oldest dropped beyond it)."""
+    """prior_hit / prior_miss: pseudo-counts (a, b): the estimate before any evidence is a / (a + b);
+    decay: weight kept by old counts each time a key gets new evidence; max_pending: guesses awaiting
+    their tokens (oldest dropped beyond it); backoff: shrink each feature towards its source's other
+    features at the same depth instead of towards a / (a + b)."""
 
     prior_hit: float = 1.0
     prior_miss: float = 2.0
     decay: float = 0.98
     max_pending: int = 4096
+    backoff: bool = True
 
     def __post_init__(self) -> None:
         if self.prior_hit <= 0 or self.prior_miss <= 0:
@@ -52,13 +66,23 @@ class Calibrator:
         self.cfg = cfg
         self.hits: dict[Key, float] = {}
         self.reached: dict[Key, float] = {}
+        # (source, depth) -> sums of the decayed counts over its features, for the backoff
+        self._hits_sd: dict[tuple[str, int], float] = {}
+        self._reached_sd: dict[tuple[str, int], float] = {}
 
     # -- estimates ------------------------------------------------------------------------------
     def conditional(self, source: str, feature: int, depth: int) -> float:
         """P(token at `depth` accepted | the tokens before it accepted)."""
         key = (source, feature, depth)
         a, b = self.cfg.prior_hit, self.cfg.prior_miss
-        return (self.hits.get(key, 0.0) + a) / (self.reached.get(key, 0.0) + a + b)
+        hit, reached = self.hits.get(key, 0.0), self.reached.get(key, 0.0)
+        m = a / (a + b)
+        if self.cfg.backoff:  # the source's other features at this depth
+            others_hit = self._hits_sd.get((source, depth), 0.0) - hit
+            others_reached = self._reached_sd.get((source, depth), 0.0) - reached
+            if others_reached > 1e-9:
+                m = (max(others_hit, 0.0) + a) / (others_reached + a + b)
+        return (hit + (a + b) * m) / (reached + a + b)
 
     def path_probabilities(self, cand: Candidate) -> list[float]:
         """[len(cand.tokens)]: the probability that the candidate's tokens 1..d are all accepted, per d."""
@@ -72,8 +96,12 @@ class Calibrator:
     def observe(self, cand: Candidate, depth: int, hit: bool) -> None:
         """Token `depth` of `cand` was put to the test (the ones before it were right); `hit`: it was right too."""
         key, d = (cand.source, cand.feature, depth), self.cfg.decay
-        self.reached[key] = d * self.reached.get(key, 0.0) + 1.0
-        self.hits[key] = d * self.hits.get(key, 0.0) + (1.0 if hit else 0.0)
+        old_reached, old_hits = self.reached.get(key, 0.0), self.hits.get(key, 0.0)
+        self.reached[key] = d * old_reached + 1.0
+        self.hits[key] = d * old_hits + (1.0 if hit else 0.0)
+        sd = (cand.source, depth)  # keep the per-(source, depth) sums equal to the sums of their keys
+        self._reached_sd[sd] = self._reached_sd.get(sd, 0.0) + self.reached[key] - old_reached
+        self._hits_sd[sd] = self._hits_sd.get(sd, 0.0) + self.hits[key] - old_hits
 
     def tracker(self) -> GuessTracker:
         """A per-request scorer that feeds this calibrator."""
@@ -82,9 +110,8 @@ class Calibrator:
     def report(self) -> dict[str, dict[str, float]]:
         """{"source/feature/depth": {"reached": n, "rate": smoothed P}} for every key with evidence.
         Safe to call from another thread while a request updates the counts (it reads copies)."""
-        reached, hits = dict(self.reached), dict(self.hits)  # one C-level copy each: atomic under the GIL
-        a, b = self.cfg.prior_hit, self.cfg.prior_miss
-        return {f"{s}/{f}/{d}": {"reached": round(n, 2), "rate": round((hits.get((s, f, d), 0.0) + a) / (n + a + b), 4)}
+        reached = dict(self.reached)  # one C-level copy: atomic under the GIL
+        return {f"{s}/{f}/{d}": {"reached": round(n, 2), "rate": round(self.conditional(s, f, d), 4)}
                 for (s, f, d), n in sorted(reached.items())}
 
 

@@ -38,10 +38,41 @@ def test_features_and_sources_are_calibrated_apart() -> None:
     for _ in range(20):
         tracker.offer([Candidate((1,), "a", 0), Candidate((2,), "a", 1), Candidate((1,), "b", 0)])
         tracker.record([1])
-    assert cal.conditional("a", 0, 1) > 0.9 > 0.1 > cal.conditional("a", 1, 1)
-    assert cal.conditional("b", 0, 1) == cal.conditional("a", 0, 1)
+    # 20/20 right vs 0/20 right; each is shrunk (3 pseudo-counts) towards the other feature's smoothed rate
+    assert cal.conditional("a", 0, 1) == pytest.approx((20 + 3 * (0 + 1) / (20 + 3)) / (20 + 3))  # 0.875
+    assert cal.conditional("a", 1, 1) == pytest.approx((0 + 3 * (20 + 1) / (20 + 3)) / (20 + 3))  # 0.119
+    # b's only feature backs off to the fixed prior (1, 2): (20 + 1) / (20 + 3); a's evidence plays no part
+    assert cal.conditional("b", 0, 1) == pytest.approx(21 / 23)
     assert cal.conditional("c", 0, 1) == pytest.approx(1 / 3)  # no evidence: the prior
     assert set(cal.report()) == {"a/0/1", "a/1/1", "b/0/1"}
+    assert cal.report()["b/0/1"]["rate"] == pytest.approx(21 / 23, abs=1e-4)
+
+
+def test_an_unseen_feature_starts_from_its_sources_measured_rate() -> None:
+    # Source "r" has been right 2 times in 40 with feature 0 at depth 1 and never tried feature 7. With
+    # backoff, feature 7 starts from what feature 0 showed, smoothed by the prior (1, 2):
+    # m = (2 + 1) / (40 + 3) = 3/43, far below the fixed prior 1/3 that plain Laplace smoothing gives.
+    for backoff, expected in [(True, 3 / 43), (False, 1 / 3)]:
+        cal = Calibrator(CalibrationConfig(decay=1.0, backoff=backoff))
+        tracker = cal.tracker()
+        for i in range(40):
+            tracker.offer([Candidate((1,), "r", 0)])
+            tracker.record([1 if i < 2 else 2])
+        assert cal.conditional("r", 7, 1) == pytest.approx(expected)
+        assert cal.conditional("r", 7, 2) == pytest.approx(1 / 3)  # depth 2 never reached: the fixed prior
+        assert cal.conditional("other", 7, 1) == pytest.approx(1 / 3)  # another source: the fixed prior
+    # A feature with its own evidence leans on it: 10 hits in 10 tries against the source's 2 in 40
+    cal = Calibrator(CalibrationConfig(decay=1.0))
+    tracker = cal.tracker()
+    for i in range(40):
+        tracker.offer([Candidate((1,), "r", 0)])
+        tracker.record([1 if i < 2 else 2])
+    for _ in range(10):
+        tracker.offer([Candidate((5,), "r", 3)])
+        tracker.record([5])
+    assert cal.conditional("r", 3, 1) == pytest.approx((10 + 3 * 3 / 43) / 13)
+    # and feature 0's backoff now counts feature 3's record: m = (10 + 1) / (10 + 3)
+    assert cal.conditional("r", 0, 1) == pytest.approx((2 + 3 * 11 / 13) / 43)
 
 
 @pytest.mark.parametrize("rate", [0.1, 0.5, 0.85])

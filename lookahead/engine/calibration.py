@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from lookahead.engine.sources import Candidate
 
 Key = tuple[str, int, int]  # (source, feature, depth)
+SIBLING_RANKS = 4  # first-token ranks corrected apart: 0, 1, 2 and 3+
 
 
 @dataclass(frozen=True)
@@ -43,13 +44,15 @@ class CalibrationConfig:
     """prior_hit / prior_miss: pseudo-counts (a, b): the estimate before any evidence is a / (a + b);
     decay: weight kept by old counts each time a key gets new evidence; max_pending: guesses awaiting
     their tokens (oldest dropped beyond it); backoff: shrink each feature towards its source's other
-    features at the same depth instead of towards a / (a + b)."""
+    features at the same depth instead of towards a / (a + b); siblings: let a candidate pool scale the
+    tree's first tokens by `sibling_factor` of their rank (candidates/pool.py)."""
 
     prior_hit: float = 1.0
     prior_miss: float = 2.0
     decay: float = 0.98
     max_pending: int = 4096
     backoff: bool = True
+    siblings: bool = True
 
     def __post_init__(self) -> None:
         if self.prior_hit <= 0 or self.prior_miss <= 0:
@@ -69,6 +72,9 @@ class Calibrator:
         # (source, depth) -> sums of the decayed counts over its features, for the backoff
         self._hits_sd: dict[tuple[str, int], float] = {}
         self._reached_sd: dict[tuple[str, int], float] = {}
+        # first-token rank -> decayed sums of predicted probabilities and of hits (sibling_factor)
+        self._sib_pred: dict[int, float] = {}
+        self._sib_hits: dict[int, float] = {}
 
     # -- estimates ------------------------------------------------------------------------------
     def conditional(self, source: str, feature: int, depth: int) -> float:
@@ -102,6 +108,25 @@ class Calibrator:
         sd = (cand.source, depth)  # keep the per-(source, depth) sums equal to the sums of their keys
         self._reached_sd[sd] = self._reached_sd.get(sd, 0.0) + self.reached[key] - old_reached
         self._hits_sd[sd] = self._hits_sd.get(sd, 0.0) + self.hits[key] - old_hits
+
+    # -- the merged tree's first tokens ---------------------------------------------------------
+    def sibling_factor(self, rank: int) -> float:
+        """Correction for the first token ranked `rank` (0: the most probable) among the tree's distinct
+        first tokens. Per-source estimates are marginal rates; where sources disagree on the next token
+        at most one of them is right, so the runners-up are worth less than their sources' rates say.
+        (hit + k) / (predicted + k): observed over predicted, shrunk towards 1 by k = a + b."""
+        k = self.cfg.prior_hit + self.cfg.prior_miss
+        r = min(rank, SIBLING_RANKS - 1)
+        return (self._sib_hits.get(r, 0.0) + k) / (self._sib_pred.get(r, 0.0) + k)
+
+    def observe_siblings(self, predicted: Sequence[float], hit_rank: int | None) -> None:
+        """One step's first tokens, best first, with the probabilities they were given before the
+        correction; `hit_rank`: which of them the model produced (None: none)."""
+        d = self.cfg.decay
+        for rank, p in enumerate(predicted):
+            r = min(rank, SIBLING_RANKS - 1)
+            self._sib_pred[r] = d * self._sib_pred.get(r, 0.0) + p
+            self._sib_hits[r] = d * self._sib_hits.get(r, 0.0) + (1.0 if rank == hit_rank else 0.0)
 
     def tracker(self) -> GuessTracker:
         """A per-request scorer that feeds this calibrator."""

@@ -17,7 +17,7 @@ from lookahead.candidates.context import CacheSource, ContextSource
 from lookahead.candidates.lookahead import JacobiSource
 from lookahead.candidates.pool import PoolConfig, SourcePool
 from lookahead.config import LookaheadConfig, PromptLookupConfig
-from lookahead.engine.calibration import Calibrator
+from lookahead.engine.calibration import CalibrationConfig, Calibrator
 from lookahead.engine.draft import CandidateTree, StepOutcome
 from lookahead.engine.sources import Candidate, Observation
 from lookahead.errors import ConfigError
@@ -244,6 +244,47 @@ def test_the_pool_puts_the_better_calibrated_guess_first() -> None:
     draft = SourcePool(sources, PoolConfig(max_tokens=2, per_source=1), cal).propose(context, 100)
     assert paths(draft.tree) == [(7, 7), (4, 5)]
     assert draft.tree.probs[0] > 0.8 and draft.tree.probs[2] < 0.2
+
+
+def test_runner_up_first_tokens_are_discounted_by_what_the_model_did() -> None:
+    # Two sources disagree on the token after 3: context says 4 (then 5), jacobi says 7 (then 7). With
+    # no evidence both first tokens are worth 1/3 and nothing is corrected (factors start at 1).
+    context = [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3]
+    sources = [ContextSource(context), JacobiSource(1, 3, context)]
+    sources[1].pool.add(3, (7, 7))  # type: ignore[attr-defined]
+    cal = Calibrator()
+    p = SourcePool(sources, PoolConfig(max_tokens=2, per_source=1), cal)
+    draft = p.propose(context, 100)
+    assert paths(draft.tree) == [(4, 5), (7, 7)]
+    assert draft.tree.probs == pytest.approx([1 / 3, 1 / 9, 1 / 3, 1 / 9])
+    # The model goes on with 4: the best first token (rank 0, predicted 1/3) was right, the runner-up
+    # (rank 1, predicted 1/3) was not. The factor is (hits + 3) / (predicted + 3), 3 = the prior's weight.
+    p.update(context, StepOutcome(accepted=[4], accepted_sources=["model"], aux_out=[], query_tokens=1,
+                                  candidate_tokens=0))
+    assert cal.sibling_factor(0) == pytest.approx((1 + 3) / (1 / 3 + 3))
+    assert cal.sibling_factor(1) == pytest.approx((0 + 3) / (1 / 3 + 3))
+    # The next step with the same two guesses (their per-source estimates have moved too: context was
+    # right at depth 1, jacobi wrong): the runner-up's whole subtree is scaled down, the best first
+    # token's up (capped at 1); the tree's order (and so its first chain) is unchanged.
+    def fresh_sources() -> list:
+        out = [ContextSource(context), JacobiSource(1, 3, context)]
+        out[1].pool.add(3, (7, 7))  # type: ignore[attr-defined]
+        return out
+
+    uncorrected_cal = Calibrator(CalibrationConfig(siblings=False))  # the same evidence, no correction
+    uncorrected_cal.hits, uncorrected_cal.reached = cal.hits, cal.reached
+    uncorrected_cal._hits_sd, uncorrected_cal._reached_sd = cal._hits_sd, cal._reached_sd
+    plain = SourcePool(fresh_sources(), PoolConfig(max_tokens=2, per_source=1), uncorrected_cal)
+    uncorrected = plain.propose(context, 100).tree
+    draft = SourcePool(fresh_sources(), PoolConfig(max_tokens=2, per_source=1), cal).propose(context, 100)
+    f0, f1 = cal.sibling_factor(0), cal.sibling_factor(1)
+    assert paths(draft.tree) == paths(uncorrected) == [(4, 5), (7, 7)]
+    q = uncorrected.probs
+    assert q[0] > q[2]  # context's 4 is now rank 0
+    assert draft.tree.probs == pytest.approx([q[0] * f0, q[1] * f0, q[2] * f1, q[3] * f1])
+    # Ranks 3 and beyond share one factor
+    cal.observe_siblings([0.5, 0.4, 0.3, 0.2, 0.1], hit_rank=4)
+    assert cal.sibling_factor(3) == cal.sibling_factor(7) == pytest.approx((1 + 3) / (0.2 * 0.98 + 0.1 + 3))
 
 
 def test_cache_source_matches_the_class_cache() -> None:

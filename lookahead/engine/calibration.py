@@ -59,6 +59,8 @@ class CalibrationConfig:
             raise ValueError(f"prior counts must be > 0, got {self.prior_hit}, {self.prior_miss}")
         if not 0.0 < self.decay <= 1.0:
             raise ValueError(f"decay must be in (0, 1], got {self.decay}")
+        if not isinstance(self.backoff, bool) or not isinstance(self.siblings, bool):
+            raise ValueError(f"backoff and siblings must be True or False, got {self.backoff!r}, {self.siblings!r}")
 
 
 class Calibrator:

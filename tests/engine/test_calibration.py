@@ -102,3 +102,10 @@ def test_a_shared_calibrator_learns_from_every_request_of_its_class() -> None:
     one.record([3])  # each request scores its own guesses against its own text
     two.record([3])
     assert cal.reached[("s", 0, 1)] == 2 and cal.hits[("s", 0, 1)] == 1
+
+
+@pytest.mark.parametrize("kwargs", [{"prior_hit": 0}, {"prior_miss": -1}, {"decay": 0.0}, {"decay": 1.5},
+                                    {"backoff": "yes"}, {"siblings": 1}])
+def test_bad_calibration_settings_are_refused_with_the_value(kwargs: dict) -> None:
+    with pytest.raises(ValueError, match="must be"):
+        CalibrationConfig(**kwargs)

@@ -1,13 +1,22 @@
 """Loopback load test of `lookahead serve`: N concurrent streaming clients, mixed request classes.
 
-For each policy (lookahead on, lookahead off) it starts a server process on 127.0.0.1, then for each
-concurrency level N runs N clients for --duration seconds, each sending streaming chat requests
-drawn round-robin from a mixed-class workload. It reports p50/p95 latency and time to first token,
-completion tokens/s (all clients together), 429s, and the server's RSS before and after the run.
+For each server mode it starts a server process on 127.0.0.1, then for each concurrency level N runs
+N clients for --duration seconds, each sending streaming chat requests drawn round-robin from a
+mixed-class workload. Modes:
 
-    python benchmarks/server_load.py                                  # SmolLM2, N = 1,4,16, 60 s each
+    serial      lookahead policy, --max-batch 1: one request at a time (the server before batching)
+    batched-ar  autoregressive policy, --max-batch B: plain continuous batching
+    batched     lookahead policy, --max-batch B: continuous batching with the allocator deciding,
+                step by step, how many rows go to speculation across the batch
+    off         autoregressive policy, --max-batch 1 (one request at a time, no speculation)
+
+It reports p50/p95 latency and time to first token, completion tokens/s (all clients together),
+device-seconds per request (from the server's metrics), the mean batch and rows per pass, 429s, and
+the server's RSS before and after the run.
+
+    python benchmarks/server_load.py                                  # SmolLM2, N = 1,2,4,8,16, 60 s each
     python benchmarks/server_load.py --model tiny:llama --duration 3  # a seconds-long smoke run
-    python benchmarks/server_load.py --policy policy.json             # "on" = the cost report's policy
+    python benchmarks/server_load.py --policy policy.json             # the lookahead modes use the cost report's policy
     python benchmarks/server_load.py --concurrency none --soak 500     # memory soak only
 
 --soak N sends N more short requests per policy (4 clients; every 10th a streaming client that hangs
@@ -90,6 +99,10 @@ class RunResult:
     tokens_per_s: float
     rss_before_mb: float
     rss_after_mb: float
+    device_s_per_request: float | None = None
+    mean_batch: float | None = None
+    rows_per_pass: float | None = None
+    speculative_rows_per_pass: float | None = None
     by_class: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
@@ -117,7 +130,7 @@ def percentile(values: list[float], q: float) -> float | None:
 class Server:
     """A `python -m lookahead.server` process on a free loopback port."""
 
-    def __init__(self, model: str, policy_file: Path, max_queue: int, log: Path) -> None:
+    def __init__(self, model: str, policy_file: Path, max_queue: int, log: Path, max_batch: int = 1) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._log = log.open("w")
@@ -134,6 +147,8 @@ class Server:
                 str(policy_file),
                 "--max-queue",
                 str(max_queue),
+                "--max-batch",
+                str(max_batch),
                 "--log-level",
                 "warning",
             ],
@@ -243,7 +258,7 @@ def abandon_stream(http: httpx.Client, model: str, item: tuple[str, str, int], s
 
 def soak(server: Server, total: int, max_tokens: int, extra: dict[str, Any], clients: int = 4) -> dict[str, Any]:
     """`total` short requests from `clients` threads; RSS sampled every 100 completions. `extra` is
-    merged into each request body (the "on" run asks for lookahead even below the policy's short-request
+    merged into each request body (the lookahead modes ask for lookahead even below the policy's short-request
     threshold, so the soak exercises its buffers)."""
     done = 0
     statuses: dict[int, int] = {}
@@ -326,6 +341,30 @@ def summarize(
     )
 
 
+def scrape(url: str) -> dict[str, float]:
+    """Sums of the server's counters that the table reports (over all labels)."""
+    names = {"lookahead_device_seconds_total": "device_s", "lookahead_requests_total": "requests",
+             "lookahead_batch_steps_total": "passes", "lookahead_step_rows_total": "rows",
+             "lookahead_speculative_rows_total": "speculative_rows", "lookahead_decode_steps_total": "request_steps"}
+    out = dict.fromkeys(names.values(), 0.0)
+    for line in httpx.get(url + "/metrics", timeout=30).text.splitlines():
+        name = line.split("{")[0].split(" ")[0]
+        if name in names:
+            out[names[name]] += float(line.split()[-1])
+    return out
+
+
+def with_metrics(r: RunResult, before: dict[str, float], after: dict[str, float]) -> RunResult:
+    d = {k: after[k] - before[k] for k in after}
+    if d["requests"]:
+        r.device_s_per_request = round(d["device_s"] / d["requests"], 4)
+    if d["passes"]:
+        r.mean_batch = round(d["request_steps"] / d["passes"], 2)
+        r.rows_per_pass = round(d["rows"] / d["passes"], 2)
+        r.speculative_rows_per_pass = round(d["speculative_rows"] / d["passes"], 2)
+    return r
+
+
 def fmt(x: float | None, digits: int = 3) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
@@ -333,11 +372,13 @@ def fmt(x: float | None, digits: int = 3) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="smollm2-135m-instruct", help="model to serve (tiny:llama for a smoke run)")
-    p.add_argument("--concurrency", default="1,4,16", help="comma-separated client counts (default 1,4,16)")
+    p.add_argument("--concurrency", default="1,2,4,8,16", help="comma-separated client counts (default 1,2,4,8,16)")
     p.add_argument("--duration", type=float, default=60.0, help="seconds per concurrency level (default 60)")
     p.add_argument("--max-queue", type=int, default=8, help="server --max-queue (default 8: N=16 sees 429s)")
-    p.add_argument("--policy", help="policy file for the 'on' run (default: a built-in lookahead policy)")
-    p.add_argument("--only", choices=("on", "off"), help="run one policy only")
+    p.add_argument("--policy", help="policy file for the lookahead modes (default: a built-in lookahead policy)")
+    p.add_argument("--modes", default="serial,batched-ar,batched", help="comma-separated server modes: "
+                   "serial, batched-ar, batched, off (default serial,batched-ar,batched)")
+    p.add_argument("--max-batch", type=int, default=16, help="--max-batch of the batched modes (default 16)")
     p.add_argument("--soak", type=int, default=0, metavar="N", help="then N short requests for the RSS soak")
     p.add_argument("--soak-max-tokens", type=int, default=8, help="max_tokens of soak requests (default 8)")
     p.add_argument("--out", help="write the results as JSON here")
@@ -353,54 +394,64 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --concurrency must be positive integers like 1,4,16 (or none, with --soak N), "
               "--duration > 0, --soak >= 0 and --soak-max-tokens >= 1", file=sys.stderr)
         return 2
-    policies = {"on": load_policy(args.policy) if args.policy else POLICY_ON, "off": POLICY_OFF}
+    on = load_policy(args.policy) if args.policy else POLICY_ON
+    known = {"serial": (on, 1), "batched-ar": (POLICY_OFF, args.max_batch), "batched": (on, args.max_batch),
+             "off": (POLICY_OFF, 1)}
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if not modes or set(modes) - set(known) or args.max_batch < 1:
+        print(f"error: --modes takes {', '.join(known)}; --max-batch >= 1", file=sys.stderr)
+        return 2
     results: list[RunResult] = []
     soaks: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for name, policy in policies.items():
-            if args.only and name != args.only:
-                continue
+        for name in modes:
+            policy, max_batch = known[name]
             policy_file = Path(tmp) / f"policy-{name}.json"
             dump_policy(policy, policy_file)
-            server = Server(args.model, policy_file, args.max_queue, Path(tmp) / f"server-{name}.log")
+            server = Server(args.model, policy_file, args.max_queue, Path(tmp) / f"server-{name}.log", max_batch)
             try:
                 one_request(
                     httpx.Client(base_url=server.url, timeout=600), server.model, WORKLOAD[0], seed=0
                 )  # warm-up
                 for n in levels:
-                    before = rss_mb(server.proc.pid)
+                    before, counted = rss_mb(server.proc.pid), scrape(server.url)
                     samples, wall = run_clients(server, n, args.duration)
-                    results.append(summarize(name, n, samples, wall, (before, rss_mb(server.proc.pid))))
+                    results.append(with_metrics(summarize(name, n, samples, wall, (before, rss_mb(server.proc.pid))),
+                                                counted, scrape(server.url)))
                     r = results[-1]
                     print(
-                        f"policy {name:3s} N={n:<3d} requests={r.requests:<5d} p50={fmt(r.latency_p50_s)}s "
-                        f"tok/s={r.tokens_per_s:.1f} 429={r.rejected_429} rss={r.rss_before_mb}->{r.rss_after_mb} MB",
+                        f"mode {name:10s} N={n:<3d} requests={r.requests:<5d} p50={fmt(r.latency_p50_s)}s "
+                        f"tok/s={r.tokens_per_s:.1f} dev-s/req={fmt(r.device_s_per_request)} batch={r.mean_batch} "
+                        f"rows={r.rows_per_pass} 429={r.rejected_429} rss={r.rss_before_mb}->{r.rss_after_mb} MB",
                         file=sys.stderr,
                         flush=True,
                     )
                 if args.soak:
-                    extra = {"lookahead": {"enabled": True}} if name == "on" else {}
+                    extra = {"lookahead": {"enabled": True}} if name in ("serial", "batched") else {}
                     soaks[name] = soak(server, args.soak, args.soak_max_tokens, extra)
-                    print(f"policy {name:3s} soak: {json.dumps(soaks[name])}", file=sys.stderr, flush=True)
+                    print(f"mode {name} soak: {json.dumps(soaks[name])}", file=sys.stderr, flush=True)
             finally:
                 code = server.stop()
                 if code != 0:
                     print(f"warning: server exited with {code} after SIGTERM", file=sys.stderr)
     if results:
         print(
-            "| policy | N | requests | ok | 429 | errors | p50 latency s | p95 latency s | p50 TTFT s | p95 TTFT s "
-            "| tokens/s | RSS before MB | RSS after MB |"
+            "| mode | N | requests | ok | 429 | errors | p50 latency s | p95 latency s | p50 TTFT s | p95 TTFT s "
+            "| tokens/s | device-s/request | batch | rows/pass | spec rows/pass | RSS after MB |"
         )
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         print(
             f"| {r.policy} | {r.concurrency} | {r.requests} | {r.ok} | {r.rejected_429} | {r.errors} | "
             f"{fmt(r.latency_p50_s)} | {fmt(r.latency_p95_s)} | {fmt(r.ttft_p50_s)} | {fmt(r.ttft_p95_s)} | "
-            f"{r.tokens_per_s:.1f} | {r.rss_before_mb} | {r.rss_after_mb} |"
+            f"{r.tokens_per_s:.1f} | {fmt(r.device_s_per_request)} | {r.mean_batch or '-'} | {r.rows_per_pass or '-'} | "
+            f"{r.speculative_rows_per_pass if r.speculative_rows_per_pass is not None else '-'} | {r.rss_after_mb} |"
         )
+    print(json.dumps({"model": args.model, "modes": modes, "max_batch": args.max_batch,
+                      "tokens_per_s": {f"{r.policy}@{r.concurrency}": round(r.tokens_per_s, 2) for r in results}}))
     for name, sk in soaks.items():
         trace = ", ".join(f"{n}: {mb}" for n, mb in sk["rss_trace_mb"])
-        print(f"\nsoak, policy {name}: {sk['requests']} requests in {sk['seconds']} s, statuses {sk['statuses']}; "
+        print(f"\nsoak, mode {name}: {sk['requests']} requests in {sk['seconds']} s, statuses {sk['statuses']}; "
               f"RSS MB by completed requests {{{trace}}}; growth after request 100: {sk['rss_growth_after_100_mb']} MB")
     if args.out:
         Path(args.out).write_text(

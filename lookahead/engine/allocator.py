@@ -25,7 +25,7 @@ it with one cost curve for many requests' trees.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from lookahead.engine.draft import CandidateTree
 
@@ -47,28 +47,84 @@ class Allocation:
         return self.expected / self.cost
 
 
+@dataclass(frozen=True)
+class Candidates:
+    """One request's share of a step for the allocator: its tree and node path probabilities, its aux
+    branch (`aux_rows` rows expected to earn `aux_value` tokens; 0 rows: none), whether only one path
+    may be verified, `fixed`: run as proposed at this many rows (no sizing; None: size it), and
+    `max_width`: the most rows this request's step may use (its configuration's widest step)."""
+
+    tree: CandidateTree
+    probs: Sequence[float]
+    aux_rows: int = 0
+    aux_value: float = 0.0
+    chain_only: bool = False
+    fixed: int | None = None
+    max_width: int = 64
+
+
 def allocate(tree: CandidateTree, probs: Sequence[float], cost: Callable[[int], float], *, aux_rows: int = 0,
              aux_value: float = 0.0, chain_only: bool = False, max_width: int = 64) -> Allocation:
     """The allocation of `tree` (node path probabilities `probs`) with the most expected tokens per unit
     cost. `aux_rows`/`aux_value`: an auxiliary branch's rows and the tokens it is expected to earn
-    (0 rows: none); `max_width`: most query rows a step may have."""
+    (0 rows: none); `max_width`: most query rows a step may have. The batch-of-one `allocate_batch`."""
     if len(probs) != len(tree):
         raise ValueError(f"{len(probs)} probabilities for a tree of {len(tree)} nodes")
-    choices = [False, True] if aux_rows > 0 and 1 + aux_rows <= max_width else [False]
-    best: Allocation | None = None
+    return allocate_batch([Candidates(tree, probs, aux_rows, aux_value, chain_only, max_width=max_width)], cost,
+                          max_width=max_width)[0]
+
+
+def allocate_batch(requests: Sequence[Candidates], cost: Callable[[int], float], *, max_width: int = 64,
+                   max_rows: int | None = None) -> list[Allocation]:
+    """One step's rows across the requests of a batch. The pass is rectangular: every request runs at
+    the same width w (its unused rows are padding), so the step costs c(B * w) and yields the sum of
+    each request's best allocation within w rows. The allocator picks the w with the most expected
+    tokens per unit cost, w >= every fixed request's width and B * w <= `max_rows` (None: no cap); every
+    request gets its root row whatever the cap. At B = 1 this is the single request's best allocation."""
+    b = len(requests)
+    if not b:
+        return []
+    least = max([1] + [r.fixed for r in requests if r.fixed is not None])
+    most = max(least, min(max_width, (max_rows // b) if max_rows else max_width))
+    best_per_width = [_best_within(r, most) for r in requests]  # [B][w] -> Allocation
+    best_w, best_rate = least, -1.0
+    for w in range(least, most + 1):
+        rate = sum(options[w].expected for options in best_per_width) / cost(b * w)
+        if rate > best_rate + 1e-12:
+            best_w, best_rate = w, rate
+    shared = cost(b * best_w)
+    return [replace(options[best_w], cost=shared) for options in best_per_width]
+
+
+def _best_within(request: Candidates, most: int) -> list[Allocation]:
+    """For each width w = 0 .. most: the allocation of `request` with the most expected tokens using at
+    most w rows (index 0 unused). A fixed request has one allocation: everything, at its own width."""
+    tree, probs = request.tree, request.probs
+    cap = max(1, min(most, request.max_width))
+    if request.fixed is not None:
+        whole = Allocation(tuple(range(len(tree))), request.aux_rows > 0, request.fixed,
+                           1.0 + sum(probs) + request.aux_value, 1.0)
+        return [whole] * (most + 1)
+    best: list[Allocation | None] = [None] * (cap + 1)
+    choices = [False, True] if request.aux_rows > 0 and 1 + request.aux_rows <= cap else [False]
     for aux in choices:
-        fixed = 1 + (aux_rows if aux else 0)  # the root and the aux rows
-        base = 1.0 + (aux_value if aux else 0.0)
-        for order in _orders(tree, probs, chain_only):
-            gained = base
-            for k in range(0, min(len(order), max_width - fixed) + 1):
+        fixed = 1 + (request.aux_rows if aux else 0)  # the root and the aux rows
+        gained = 1.0 + (request.aux_value if aux else 0.0)
+        for order in _orders(tree, probs, request.chain_only):
+            total = gained
+            for k in range(0, min(len(order), cap - fixed) + 1):
                 if k:
-                    gained += probs[order[k - 1]]
-                c = cost(fixed + k)
-                if best is None or gained / c > best.rate + 1e-12:
-                    best = Allocation(tuple(order[:k]), aux, fixed + k, gained, c)
-    assert best is not None
-    return best
+                    total += probs[order[k - 1]]
+                w = fixed + k
+                if best[w] is None or total > best[w].expected + 1e-12:  # type: ignore[union-attr]
+                    best[w] = Allocation(tuple(order[:k]), aux, w, total, 1.0)
+    out: list[Allocation] = []
+    for w in range(cap + 1):  # within w rows: the best of every narrower width too
+        here = best[w]
+        if out and (here is None or out[-1].expected >= here.expected - 1e-12):
+            here = out[-1]
+        out.append(here if here is not None else Allocation((), False, 1, 1.0, 1.0))
+    return out + [out[-1]] * (most - cap)  # wider than its own cap: the same allocation, padded
 
 
 def _orders(tree: CandidateTree, probs: Sequence[float], chain_only: bool) -> list[list[int]]:

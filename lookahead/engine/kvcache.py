@@ -1,16 +1,24 @@
-"""A KV cache that grows in place and can keep an arbitrary subset of a step's new entries.
+"""A KV cache of request slots that grows in place and can keep an arbitrary subset of a step's new entries.
 
 transformers' DynamicLayer concatenates on every update (a full copy of the cache per step). This
 layer keeps a preallocated buffer per layer, writes new keys/values in place, and returns views.
 Every layer keeps all keys (no sliding-window eviction): sliding windows are enforced in the mask,
 because a step's speculative tokens would otherwise evict keys that the accepted prefix still needs.
 
+Slots (continuous batching): the buffers' batch dimension holds one request per slot, each with its
+own length. A pass runs over the selected slots `lo .. hi-1` (`select`); slot b's Q new entries are
+written at its own length, and the model sees keys 0 .. max length + Q (padded to `key_align`); the
+mask (engine/masks.py) hides from each slot the keys past its own. The scheduler keeps its active
+requests in slots 0 .. B-1, so a pass over all of them reads views, never copies. A single request is
+the one-slot case.
+
 Key alignment (`key_align`): attention kernels reduce over the keys in vector-wide chunks and add the
 last `length % chunk` keys one by one, so the same visible keys can be summed in a different order
 when the total key count differs (an autoregressive step and a lookahead step over the same position
-have different key counts). With key_align = A, `update` hands the model keys and values padded with
-zeros up to a multiple of A (masked for every query by the step's mask), so every visible key lands in
-the same full chunk whatever the step's width. The cache's length stays the real one.
+have different key counts). With key_align = A, `update` hands the model keys and values padded up to
+a multiple of A (masked for every query by the step's mask), so every visible key lands in the same
+full chunk whatever the step's width or its batch companions. Buffers start zeroed, so masked
+entries are always finite and get weight exactly 0.
 """
 
 from __future__ import annotations
@@ -21,18 +29,40 @@ import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
 
-class GrowableLayer(DynamicLayer):
-    """keys/values: views [B, H, length, D] into buffers [B, H, capacity, D]."""
+class Selection:
+    """The slots the next pass runs over, shared by a cache and its layers."""
 
-    def __init__(self, key_align: int = 1) -> None:
+    def __init__(self, slots: int | None) -> None:
+        self.slots = slots  # None: the batch size of the first update
+        self.lo = 0
+        self.hi: int | None = None  # None: every slot
+
+
+class GrowableLayer(DynamicLayer):
+    """keys/values: views [B, H, length, D] of the selected slots into buffers [S, H, capacity, D]."""
+
+    def __init__(self, key_align: int = 1, selection: Selection | None = None) -> None:
         super().__init__()
         self.key_align = key_align
+        self.selection = selection if selection is not None else Selection(None)
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         super().lazy_initialization(key_states, value_states)
-        self.length = 0
-        self._k = key_states.new_empty((*key_states.shape[:2], 0, key_states.shape[-1]))
-        self._v = value_states.new_empty((*value_states.shape[:2], 0, value_states.shape[-1]))
+        slots = self.selection.slots or key_states.shape[0]
+        self.selection.slots = slots
+        self.lengths = [0] * slots
+        self._k = key_states.new_zeros((slots, key_states.shape[1], 0, key_states.shape[-1]))
+        self._v = value_states.new_zeros((slots, value_states.shape[1], 0, value_states.shape[-1]))
+
+    @property
+    def length(self) -> int:
+        """The longest selected slot's length."""
+        lo, hi = self._span()
+        return max(self.lengths[lo:hi])
+
+    def _span(self) -> tuple[int, int]:
+        s = self.selection
+        return s.lo, s.hi if s.hi is not None else len(self.lengths)
 
     def _reserve(self, needed: int) -> None:
         if needed <= self._k.shape[-2]:
@@ -40,71 +70,136 @@ class GrowableLayer(DynamicLayer):
         capacity = max(needed, 2 * self._k.shape[-2], 256)
         for name in ("_k", "_v"):
             old = getattr(self, name)
-            new = old.new_empty((*old.shape[:2], capacity, old.shape[-1]))
-            new[..., : self.length, :] = old[..., : self.length, :]
+            new = old.new_zeros((*old.shape[:2], capacity, old.shape[-1]))
+            new[..., : old.shape[-2], :] = old
             setattr(self, name, new)
 
+    def _views(self, end: int) -> None:
+        lo, hi = self._span()
+        self.keys = self._k[lo:hi, :, :end]
+        self.values = self._v[lo:hi, :, :end]
+
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        """key_states/value_states: [B, H, Q, D] for the B selected slots; each slot's go after its own
+        length. Returns keys/values [B, H, K, D], K = the longest slot's new length padded to key_align."""
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
+        lo, hi = self._span()
+        if key_states.shape[0] != hi - lo:
+            raise ValueError(f"a pass over {hi - lo} cache slots got keys for {key_states.shape[0]}")
         n = key_states.shape[-2]
-        end = self.length + n
+        starts = self.lengths[lo:hi]
+        end = max(starts) + n
         padded = -(-end // self.key_align) * self.key_align
         self._reserve(padded)
-        self._k[..., self.length : end, :] = key_states
-        self._v[..., self.length : end, :] = value_states
-        self.length = end
-        self.keys = self._k[..., :end, :]
-        self.values = self._v[..., :end, :]
-        if padded == end:
-            return self.keys, self.values
-        self._k[..., end:padded, :] = 0  # masked zeros: every query gives them weight exactly 0
-        self._v[..., end:padded, :] = 0
-        return self._k[..., :padded, :], self._v[..., :padded, :]
+        if min(starts) == end - n:  # every slot at the same length: one block write
+            self._k[lo:hi, :, end - n : end] = key_states
+            self._v[lo:hi, :, end - n : end] = value_states
+        else:
+            b = torch.arange(lo, hi).repeat_interleave(n)  # [B*Q]
+            t = (torch.tensor(starts)[:, None] + torch.arange(n)).flatten()  # [B*Q]
+            self._k[b, :, t] = key_states.transpose(1, 2).flatten(0, 1)  # [B*Q, H, D]
+            self._v[b, :, t] = value_states.transpose(1, 2).flatten(0, 1)
+        for s in range(lo, hi):
+            self.lengths[s] += n
+        self._views(padded)
+        return self.keys, self.values
 
     def get_seq_length(self) -> int:
         return self.length if self.is_initialized else 0
 
-    def keep(self, prefix: int, rows: torch.Tensor) -> None:
-        """Keep entries [0, prefix) plus entries prefix + rows (rows ascending), drop the rest."""
+    def keep(self, prefix: int, rows: torch.Tensor, slot: int | None = None) -> None:
+        """Keep entries [0, prefix) plus entries prefix + rows (rows ascending), drop the rest, in `slot`
+        (None: every selected slot)."""
+        lo, hi = self._span() if slot is None else (slot, slot + 1)
         n = rows.numel()
         if n:
             src = rows + prefix
-            self._k[..., prefix : prefix + n, :] = self._k.index_select(-2, src)
-            self._v[..., prefix : prefix + n, :] = self._v.index_select(-2, src)
-        self.length = prefix + n
-        self.keys = self._k[..., : self.length, :]
-        self.values = self._v[..., : self.length, :]
+            self._k[lo:hi, :, prefix : prefix + n] = self._k[lo:hi].index_select(-2, src)
+            self._v[lo:hi, :, prefix : prefix + n] = self._v[lo:hi].index_select(-2, src)
+        for s in range(lo, hi):
+            self.lengths[s] = prefix + n
+        self._views(self.length)
+
+    def set_length(self, slot: int, length: int) -> None:
+        self.lengths[slot] = length
+        self._views(self.length)
+
+    def move(self, src: int, dst: int) -> None:
+        """Copy slot `src`'s entries into slot `dst` (which then has src's length)."""
+        n = self.lengths[src]
+        self._k[dst, :, :n] = self._k[src, :, :n]
+        self._v[dst, :, :n] = self._v[src, :, :n]
+        self.lengths[dst] = n
 
     def crop(self, tokens_to_remove: int) -> None:
         if tokens_to_remove < 0 and self.is_initialized:
-            self.length = max(0, self.length + tokens_to_remove)
-            self.keys = self._k[..., : self.length, :]
-            self.values = self._v[..., : self.length, :]
+            lo, hi = self._span()
+            for s in range(lo, hi):
+                self.lengths[s] = max(0, self.lengths[s] + tokens_to_remove)
+            self._views(self.length)
 
 
 class KVCache(Cache):
-    """A transformers Cache whose layers are GrowableLayer (one per model layer, created lazily)."""
+    """A transformers Cache whose layers are GrowableLayer (one per model layer, created lazily).
+    `slots`: requests it can hold (None: one per batch row of the first pass)."""
 
-    def __init__(self, key_align: int = 1) -> None:
+    def __init__(self, key_align: int = 1, slots: int | None = None) -> None:
         if key_align < 1:
             raise ValueError(f"key_align must be >= 1, got {key_align}")
-        super().__init__(layer_class_to_replicate=functools.partial(GrowableLayer, key_align))
+        if slots is not None and slots < 1:
+            raise ValueError(f"a cache needs at least one slot, got {slots}")
+        self.selection = Selection(slots)
+        super().__init__(layer_class_to_replicate=functools.partial(GrowableLayer, key_align, self.selection))
         self.key_align = key_align
+
+    @property
+    def slots(self) -> int | None:
+        return self.selection.slots
+
+    def select(self, lo: int, hi: int) -> None:
+        """Run the next passes over slots lo .. hi-1."""
+        if self.slots is not None and not 0 <= lo < hi <= self.slots:
+            raise ValueError(f"slots {lo}..{hi - 1} are outside this cache's {self.slots}")
+        self.selection.lo, self.selection.hi = lo, hi
+
+    def slot_lengths(self) -> list[int]:
+        """The selected slots' lengths."""
+        if not self.layers or not self.layers[0].is_initialized:
+            lo, hi = self.selection.lo, self.selection.hi
+            return [0] * ((hi if hi is not None else (self.slots or 1)) - lo)
+        lo, hi = self.layers[0]._span()
+        return self.layers[0].lengths[lo:hi]
 
     def key_width(self, new: int) -> int:
         """How many keys the model sees after appending `new` entries (padded to key_align)."""
-        end = self.get_seq_length() + new
+        end = max(self.slot_lengths()) + new
         return -(-end // self.key_align) * self.key_align
 
-    def keep(self, prefix: int, rows: torch.Tensor) -> None:
-        """After a step that appended Q entries to a cache of `prefix`, keep only `rows` of them."""
+    def keep(self, prefix: int, rows: torch.Tensor, slot: int | None = None) -> None:
+        """After a step that appended Q entries to a slot of length `prefix`, keep only `rows` of them
+        (`slot`: which one; None: every selected slot, all of length prefix + Q)."""
         n = rows.numel()
         if n and int(rows[-1]) == n - 1:  # rows 0..n-1 (ascending, distinct): already in place, no copy
-            self.crop(prefix + n - self.get_seq_length())
+            for layer in self.layers:
+                if slot is None:
+                    layer.crop(prefix + n - layer.length)
+                else:
+                    layer.set_length(slot, prefix + n)
             return
         for layer in self.layers:
-            layer.keep(prefix, rows)
+            layer.keep(prefix, rows, slot)
+
+    def move(self, src: int, dst: int) -> None:
+        """Slot `dst` takes over slot `src`'s entries (the scheduler packs its active requests)."""
+        for layer in self.layers:
+            if layer.is_initialized:
+                layer.move(src, dst)
+
+    def clear(self, slot: int) -> None:
+        for layer in self.layers:
+            if layer.is_initialized:
+                layer.set_length(slot, 0)
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.layers[layer_idx].get_seq_length() if self.layers else 0

@@ -14,6 +14,7 @@ import contextlib
 import inspect
 import time
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -21,6 +22,36 @@ import torch
 from lookahead.engine.attention import exact_passes
 from lookahead.engine.kvcache import KVCache
 from lookahead.engine.masks import MaskBuilder
+
+
+@dataclass(frozen=True)
+class Rows:
+    """One sequence's query rows in a pass: tokens/positions [Q], local [Q, Q] bool (row i may see new
+    key j), keep [K] ascending rows whose logits are read back."""
+
+    tokens: torch.Tensor
+    positions: torch.Tensor
+    local: torch.Tensor
+    keep: torch.Tensor
+
+    def padded(self, width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """tokens, positions, local grown to `width` rows with dummies that see the prefix and themselves."""
+        q = int(self.tokens.shape[0])
+        pad = width - q
+        if pad <= 0:
+            return self.tokens, self.positions, self.local
+        local = torch.zeros(width, width, dtype=torch.bool)
+        local[:q, :q] = self.local
+        local[range(q, width), range(q, width)] = True
+        return (torch.cat([self.tokens, self.tokens[:1].expand(pad)]),
+                torch.cat([self.positions, self.positions[:1].expand(pad)]), local)
+
+
+def _stack(masks: list[Any]) -> Any:
+    """Per-sequence masks [1, 1, Q, K] (or dicts of them) -> [B, 1, Q, K] (or a dict)."""
+    if isinstance(masks[0], dict):
+        return {kind: torch.cat([m[kind] for m in masks]) for kind in masks[0]}
+    return torch.cat(masks)
 
 
 @dataclass
@@ -46,42 +77,48 @@ class ModelRunner:
 
     def forward(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor, local: torch.Tensor,
                 keep: torch.Tensor, width: int = 0) -> torch.Tensor:
-        """tokens/positions: [Q]; local: [Q, Q] bool; keep: [K] ascending row indices; width: run the pass
-        at least this wide (dummy rows; see costs.CostCurve.pad_to). Appends Q entries to the cache and
-        returns logits [K, V] for the `keep` rows."""
-        q = int(tokens.shape[0])
-        pad = max(0, self.floor or 0, width) - q
-        pad = max(pad, 0)
-        if pad:  # dummy rows after the real ones: each sees the prefix and itself only
-            tokens = torch.cat([tokens, tokens[:1].expand(pad)])
-            positions = torch.cat([positions, positions[:1].expand(pad)])
-            grown = torch.zeros(q + pad, q + pad, dtype=torch.bool)
-            grown[:q, :q] = local
-            grown[range(q, q + pad), range(q, q + pad)] = True
-            local = grown
-        rows = keep
-        if self.floor and keep.numel() < self.floor:  # the LM head gets >= floor rows too
-            extra = torch.ones(q + pad, dtype=torch.bool)
-            extra[keep] = False
-            rows = torch.cat([keep, torch.nonzero(extra).flatten()[: self.floor - keep.numel()]]).sort().values
-        mask = self.masks.build(cache.get_seq_length(), positions, local, cache.key_width(q + pad))
+        """One sequence's pass (the batch-of-one case of `forward_batch`): tokens/positions: [Q]; local:
+        [Q, Q] bool; keep: [K] ascending row indices; width: run the pass at least this wide (dummy rows;
+        see costs.CostCurve.pad_to). Appends Q entries to the cache and returns logits [K, V]."""
+        return self.forward_batch(cache, [Rows(tokens, positions, local, keep)], width)[0]
+
+    def forward_batch(self, cache: KVCache, parts: Sequence[Rows], width: int = 0) -> list[torch.Tensor]:
+        """One pass over the cache's selected slots, part b in slot b. Every part is padded to the same
+        width Q (the widest part, the floor, `width`) with dummy rows after its real ones; each dummy row
+        sees its slot's prefix and itself, and its keys are dropped before the call returns. Appends each
+        part's real rows to its slot and returns its logits [K_b, V] for its `keep` rows."""
+        lengths = cache.slot_lengths()
+        if len(lengths) != len(parts):
+            raise ValueError(f"{len(parts)} parts for a pass over {len(lengths)} cache slots")
+        q = max(max(int(p.tokens.shape[0]) for p in parts), self.floor or 0, width)
+        padded = [p.padded(q) for p in parts]
+        # Logit rows: every row some part keeps; the LM head gets >= floor rows (engine/numerics.py).
+        kept = torch.zeros(q, dtype=torch.bool)
+        for p in parts:
+            kept[p.keep] = True
+        if self.floor and int(kept.sum()) < self.floor:
+            kept[torch.nonzero(~kept).flatten()[: self.floor - int(kept.sum())]] = True
+        rows = torch.nonzero(kept).flatten()  # [R] ascending
+        key_width = cache.key_width(q)
+        masks = [self.masks.build(n, pos, loc, key_width) for n, (_, pos, loc) in zip(lengths, padded)]
         kwargs: dict[str, Any] = {self.cache_kwarg: cache, "use_cache": True}
-        full = rows.numel() == q + pad  # every row: no gather needed
+        full = rows.numel() == q  # every row: no gather needed
         if self.can_keep_logits and not full:
             kwargs["logits_to_keep"] = rows
+        tokens = torch.stack([t for t, _, _ in padded])  # [B, Q]
+        positions = torch.stack([pos for _, pos, _ in padded])  # [B, Q]
         start = time.perf_counter()
         with torch.no_grad(), exact_passes() if self.exact_attention else contextlib.nullcontext():
-            out = self.model(input_ids=tokens[None], position_ids=positions[None], attention_mask=mask, **kwargs)
+            out = self.model(input_ids=tokens, position_ids=positions, attention_mask=_stack(masks), **kwargs)
         self.timer.seconds += time.perf_counter() - start
         self.timer.calls += 1
-        logits = out.logits[0]  # [R, V] (R = len(rows), or every row when the model cannot skip any)
-        if pad:
-            cache.crop(-pad)
-        if logits.shape[0] != rows.numel():
-            logits = logits[rows]
-        if rows is not keep:
-            logits = logits[torch.searchsorted(rows, keep)]
-        return logits
+        logits = out.logits  # [B, R, V] (R = len(rows), or every row when the model cannot skip any)
+        if logits.shape[1] != rows.numel():
+            logits = logits[:, rows]
+        for slot, (n, p) in enumerate(zip(lengths, parts)):  # drop the dummy rows' keys
+            if int(p.tokens.shape[0]) < q:
+                cache.keep(n, torch.arange(int(p.tokens.shape[0])), slot=cache.selection.lo + slot)
+        return [logits[b, torch.searchsorted(rows, p.keep)] for b, p in enumerate(parts)]
 
     def prefill(self, cache: KVCache, tokens: list[int]) -> None:
         """Append `tokens` after what the cache holds (positions follow on), in one causal pass; no

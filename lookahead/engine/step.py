@@ -8,17 +8,29 @@ and the padding to the device's width floor live in engine/model_runner.py.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from lookahead.engine.draft import Draft, StepOutcome
 from lookahead.engine.kvcache import KVCache
-from lookahead.engine.model_runner import ForwardTimer, ModelRunner
+from lookahead.engine.model_runner import ForwardTimer, ModelRunner, Rows
 from lookahead.engine.numerics import KEY_ALIGN, WidthProbe
 from lookahead.engine.query import build_query, verify
 from lookahead.engine.sampling import TokenChooser
+
+
+@dataclass(frozen=True)
+class StepItem:
+    """One sequence's part of a batched step: its root token, its allocated draft, how it picks tokens,
+    and how many of the model's top predictions per row its sources recycle (0: none)."""
+
+    root: int
+    draft: Draft
+    chooser: TokenChooser
+    top_k: int = 0
 
 
 class StepRunner:
@@ -28,7 +40,8 @@ class StepRunner:
     `top_k`: also report the model's top-k next tokens at every computed row (StepOutcome.successors),
     for sources that recycle them; 0: none."""
 
-    def __init__(self, model: Any, chooser: TokenChooser, numerics: WidthProbe | None = None, top_k: int = 0) -> None:
+    def __init__(self, model: Any, chooser: TokenChooser | None, numerics: WidthProbe | None = None,
+                 top_k: int = 0) -> None:
         exact = numerics is not None and numerics.floor is not None
         self.model = ModelRunner(model, numerics.floor if exact else None,  # type: ignore[union-attr]
                                  exact_attention=exact and numerics.exact_attention)  # type: ignore[union-attr]
@@ -39,9 +52,10 @@ class StepRunner:
         # layout exact (a bf16 tree of recycled guesses broke identity where the probe said gap-invariant).
         self.chain_only = exact
 
-    def new_cache(self) -> KVCache:
-        """A cache for this runner: keys aligned (engine/kvcache.py) when passes are padded for exactness."""
-        return KVCache(KEY_ALIGN if self.model.floor else 1)
+    def new_cache(self, slots: int = 1) -> KVCache:
+        """A cache of `slots` sequences for this runner: keys aligned (engine/kvcache.py) when passes are
+        padded for exactness."""
+        return KVCache(KEY_ALIGN if self.model.floor else 1, slots)
 
     @property
     def timer(self) -> ForwardTimer:
@@ -52,33 +66,48 @@ class StepRunner:
         self.model.prefill(cache, prompt[:-1])
 
     def step(self, cache: KVCache, root: int, draft: Draft) -> StepOutcome:
-        """One step for the draft as allocated (engine/allocator.py sized it before the call)."""
-        tree = draft.tree.first_chain() if self.chain_only else draft.tree
-        p = cache.get_seq_length()
+        """One step of one sequence (the cache's selected slot): the batch-of-one `step_batch`."""
+        if self.chooser is None:
+            raise ValueError("this runner has no token chooser: pass one, or step through step_batch")
+        return self.step_batch(cache, [StepItem(root, draft, self.chooser, self.top_k)])[0]
 
-        # 1. Build the input: [root | tree nodes | aux rows], positions and visibility (engine/query.py).
-        query = build_query(root, p, tree, draft.aux)
+    def step_batch(self, cache: KVCache, items: Sequence[StepItem]) -> list[StepOutcome]:
+        """One forward pass for many sequences, item b in the cache's selected slot b, each draft as
+        allocated (engine/allocator.py sized them before the call). A sequence's rows see only its own
+        slot's keys, so each outcome is what stepping that sequence alone gives."""
+        trees = [it.draft.tree.first_chain() if self.chain_only else it.draft.tree for it in items]
+        lengths = cache.slot_lengths()  # p per sequence: its cache holds positions 0..p-1
 
-        # 2. Forward: logits for the root, the tree nodes and the aux out rows only.
+        # 1. Build the input: [root | tree nodes | aux rows] per sequence (engine/query.py).
+        queries = [build_query(it.root, p, tree, it.draft.aux) for it, p, tree in zip(items, lengths, trees)]
+
+        # 2. Forward: one pass, every sequence padded to the same width; logits for the kept rows.
+        b = len(items)
+        q = max(query.width for query in queries)
+        width = -(-self.pad_to(b * q) // b) if self.pad_to is not None else 0
         spent = self.model.timer.seconds
-        width = self.pad_to(query.width) if self.pad_to is not None else 0
-        logits = self.model.forward(cache, query.tokens, query.positions, query.local, query.keep, width)  # [K, V]
+        logits = self.model.forward_batch(cache, [Rows(x.tokens, x.positions, x.local, x.keep) for x in queries],
+                                          width)  # B x [K_b, V]
         spent = self.model.timer.seconds - spent
+        rows = max(q, self.model.floor or 1, width)  # each sequence's width in the pass
 
-        # 3. Choose: the model's own token at every kept row (greedy or seeded Gumbel-max).
-        chosen = self.chooser.choose(logits, (query.positions[query.keep] + 1).tolist())
-        t = query.n_tree
+        outcomes = []
+        for slot, (it, p, tree, query, out) in enumerate(zip(items, lengths, trees, queries, logits)):
+            # 3. Choose: the model's own token at every kept row (greedy or seeded Gumbel-max).
+            chosen = it.chooser.choose(out, (query.positions[query.keep] + 1).tolist())
+            t = query.n_tree
 
-        # 4. Verify: the longest path of the tree the model itself would have produced, plus its next token.
-        accepted, sources, nodes = verify(tree, chosen[0], chosen[1 : 1 + t])
+            # 4. Verify: the longest path of the tree the model itself would have produced, plus its next token.
+            accepted, sources, nodes = verify(tree, chosen[0], chosen[1 : 1 + t])
 
-        # 5. Compact the cache: keep the root's and the matched nodes' keys/values, drop the rest.
-        cache.keep(p, torch.tensor([0, *(1 + n for n in nodes)]))
+            # 5. Compact the cache: keep the root's and the matched nodes' keys/values, drop the rest.
+            cache.keep(p, torch.tensor([0, *(1 + n for n in nodes)]), slot=cache.selection.lo + slot)
 
-        # 6. Recyclable predictions: the model's top-k next tokens at every row it computed.
-        successors: list[tuple[int, tuple[int, ...]]] = []
-        if self.top_k:
-            top = torch.topk(logits, self.top_k, dim=-1).indices.tolist()  # [K, top_k]
-            successors = list(zip(query.tokens[query.keep].tolist(), map(tuple, top)))
-        return StepOutcome(accepted, sources, chosen[1 + t :], query_tokens=max(query.width, self.model.floor or 1, width),
-                           candidate_tokens=t, successors=successors, forward_s=spent)
+            # 6. Recyclable predictions: the model's top-k next tokens at every row it computed.
+            successors: list[tuple[int, tuple[int, ...]]] = []
+            if it.top_k:
+                top = torch.topk(out, it.top_k, dim=-1).indices.tolist()  # [K, top_k]
+                successors = list(zip(query.tokens[query.keep].tolist(), map(tuple, top)))
+            outcomes.append(StepOutcome(accepted, sources, chosen[1 + t :], query_tokens=rows, candidate_tokens=t,
+                                        successors=successors, forward_s=spent / b))
+        return outcomes

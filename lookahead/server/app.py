@@ -30,6 +30,8 @@ from lookahead.server.prepare import (
 from lookahead.server.responses import Completion, sse
 from lookahead.server.schemas import ChatCompletionRequest, CommonFields, CompletionRequest
 from lookahead.server.startup import load_policy_drafts, public_policy
+from lookahead.scheduler.scheduler import SchedulerConfig
+from lookahead.server.batch_worker import BatchWorker
 from lookahead.server.worker import Job, JobEnd, ModelWorker, StreamFn, timeout_error
 
 RequestClassHeader = Annotated[
@@ -65,7 +67,9 @@ def settle_tokenizer(loaded: Any) -> None:
 def create_app(
     loaded: Any, config: ServerConfig, *, stream_fn: StreamFn | None = None, drafts: dict[str, Any] | None = None
 ) -> FastAPI:
-    """The server for `loaded` (a lookahead LoadedModel). `stream_fn` defaults to lookahead.stream_events.
+    """The server for `loaded` (a lookahead LoadedModel), decoding up to `config.max_batch` requests per
+    forward pass; with `stream_fn` (a stand-in for lookahead.stream_events) it runs one request at a time
+    through that function instead.
     `drafts`: the policy's draft models by name, as load_policy_drafts() returns them (None: load them
     now; a ConfigError names the policy entry that cannot be served)."""
     worker: ModelWorker
@@ -83,14 +87,25 @@ def create_app(
     )
     for cls in caches.classes if caches else ():
         metrics.ngram_cache(cls, caches.get(cls).memory())  # type: ignore[union-attr]
-    worker = ModelWorker(
-        loaded,
-        metrics,
-        max_queue=config.max_queue,
-        stream_fn=stream_fn,
-        ngram_caches=caches,
-        adaptive=config.adaptive,
-    )
+    if stream_fn is None:  # the engine: continuous batching (server/batch_worker.py)
+        worker = BatchWorker(
+            loaded,
+            metrics,
+            max_queue=config.max_queue,
+            scheduler=SchedulerConfig(max_batch=config.max_batch, max_rows=config.max_rows),
+            max_kv_tokens=config.max_kv_tokens or config.max_batch * loaded.context_length,
+            ngram_caches=caches,
+            adaptive=config.adaptive,
+        )
+    else:  # a stream function given in code (tests): one request at a time through it
+        worker = ModelWorker(
+            loaded,
+            metrics,
+            max_queue=config.max_queue,
+            stream_fn=stream_fn,
+            ngram_caches=caches,
+            adaptive=config.adaptive,
+        )
     started = int(time.time())
 
     @asynccontextmanager

@@ -77,6 +77,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--max-queue", type=int, default=16, metavar="N", help="requests that may wait for the model (default 16)"
     )
     p.add_argument(
+        "--max-batch", type=int, default=8, metavar="N",
+        help="requests decoded together in one forward pass (default 8; 1: one at a time)",
+    )
+    p.add_argument(
+        "--max-rows", type=int, default=None, metavar="N",
+        help="most query rows per pass across the batch (default: what the device's cost curve says pays)",
+    )
+    p.add_argument(
+        "--max-kv-tokens", type=int, default=None, metavar="N",
+        help="most KV-cache tokens (prompt + max_tokens) in flight and queued; beyond it 429 "
+        "(default: max batch x the model's context)",
+    )
+    p.add_argument(
         "--request-timeout",
         type=float,
         default=300.0,
@@ -177,6 +190,9 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         max_connections=args.max_connections,
         **policy_args,
         max_queue=args.max_queue,
+        max_batch=args.max_batch,
+        max_rows=args.max_rows,
+        max_kv_tokens=args.max_kv_tokens,
         request_timeout_s=args.request_timeout,
         price_per_hour_usd=args.price_per_hour,
         max_body_bytes=args.max_body_bytes,

@@ -44,6 +44,11 @@ class ServerConfig:
     adaptive: let the engine's speculation gate skip speculation where it does not pay on this device
         (False: every step runs the decision's full draft; the tokens are the same either way).
     max_connections: uvicorn's limit_concurrency: connections beyond it get 503 at once.
+    max_batch: requests decoded together in one forward pass (continuous batching; 1: one at a time).
+    max_rows: most query rows one pass may carry across its requests (None: what the device's cost
+        curve says pays); every request in the batch always gets its root row.
+    max_kv_tokens: most KV-cache tokens (prompt + max_tokens) the requests in flight and queued may
+        reserve; one beyond it gets 429 with Retry-After. None: max_batch x the model's context.
     """
 
     host: str = "127.0.0.1"
@@ -64,6 +69,9 @@ class ServerConfig:
     client_overrides: str = "capped"
     adaptive: bool = True
     max_connections: int = 128
+    max_batch: int = 8
+    max_rows: int | None = None
+    max_kv_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if not self.policy_source:
@@ -86,7 +94,8 @@ class ServerConfig:
         price = self.price_per_hour_usd
         if not isinstance(price, (int, float)) or isinstance(price, bool) or not 0 <= price < float("inf"):
             raise ConfigError(f"price per hour must be a finite number of USD >= 0, got {price!r}")
-        limits = (("max_body_bytes", 1024), ("default_max_tokens", 1), ("max_class_labels", 0), ("max_connections", 1))
+        limits = (("max_body_bytes", 1024), ("default_max_tokens", 1), ("max_class_labels", 0), ("max_connections", 1),
+                  ("max_batch", 1))
         for name, low in limits:
             value = getattr(self, name)
             if not _is_int(value) or value < low:
@@ -101,6 +110,10 @@ class ServerConfig:
             raise ConfigError(f"client overrides must be one of {', '.join(CLIENT_OVERRIDES)}, got {self.client_overrides!r}")
         if not isinstance(self.adaptive, bool):
             raise ConfigError(f"adaptive must be true or false, got {self.adaptive!r}")
+        for name, low in (("max_rows", self.max_batch), ("max_kv_tokens", 1)):
+            value = getattr(self, name)
+            if value is not None and (not _is_int(value) or value < low):
+                raise ConfigError(f"{name.replace('_', ' ')} must be an integer >= {low}, got {value!r}")
         self._check_api_keys()
 
     def _check_api_keys(self) -> None:

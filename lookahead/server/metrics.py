@@ -60,8 +60,17 @@ class ServerMetrics:
         )
         queue = Gauge("lookahead_queue_depth", "Requests waiting for the model worker", registry=r)
         queue.set_function(queue_depth)
-        busy = Gauge("lookahead_in_flight", "Requests being generated now (0 or 1: one worker)", registry=r)
+        busy = Gauge("lookahead_in_flight", "Requests being generated now (the batch)", registry=r)
         busy.set_function(in_flight)
+        # Continuous batching (server/batch_worker.py): what each decoding pass carried.
+        self.batch_size = Gauge("lookahead_batch_size", "Requests in the last decoding pass", registry=r)
+        self.batch_steps = Counter("lookahead_batch_steps", "Decoding passes of the batched worker", registry=r)
+        self.step_rows = Counter("lookahead_step_rows", "Query rows over all decoding passes (padding included)",
+                                 registry=r)
+        self.speculative_rows = Counter(
+            "lookahead_speculative_rows", "Rows granted to guesses and the Jacobi window over all passes", registry=r
+        )
+        self.kv_tokens = Gauge("lookahead_kv_tokens", "Tokens held in the KV cache by requests in flight", registry=r)
         price = Gauge("lookahead_price_per_device_hour_usd", "The --price-per-hour in force", registry=r)
         price.set(price_per_hour_usd)
         self.ngram_cache_bytes = Gauge(

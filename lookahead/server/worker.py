@@ -227,9 +227,13 @@ class ModelWorker:
                 job.push(JobEnd(error=shutdown_error()))
         if sentinel:
             self._queue.put_nowait(None)
+        for job in self._running_jobs():
+            job.cancel("shutdown")
+
+    def _running_jobs(self) -> list[Job]:
+        """The jobs being generated now (read under `_admit`)."""
         current = self._current
-        if current is not None:
-            current.cancel("shutdown")
+        return [] if current is None else [current]
 
     def stop(self, timeout_s: float) -> None:
         """cancel_all(), then end the thread, waiting up to timeout_s for it."""

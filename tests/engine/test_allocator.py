@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from lookahead.engine.allocator import allocate
+from lookahead.engine.allocator import Candidates, allocate, allocate_batch
 from lookahead.engine.costs import CostCurve
 from lookahead.engine.draft import CandidateTree
 
@@ -143,3 +143,49 @@ def test_a_pass_is_padded_to_a_cheaper_wider_width() -> None:
     # the allocator sees the padded cost: 6 guesses at p = 0.2 (2.2 tokens / 1.86 = 1.18) beat none (1.0)
     tree = tree_of(*[((t,), (0.2,)) for t in range(6)])
     assert len(allocate(tree, tree.probs, curve).nodes) == 6
+
+
+# -- one budget across a batch (allocate_batch) ---------------------------------------------------
+# A device whose passes cost the same up to 8 rows, then grow linearly: c(16) = 2, c(32) = 4.
+KNEE8 = CostCurve({1: 1.0, 8: 1.0, 16: 2.0, 32: 4.0})
+
+
+def test_a_lone_request_speculates_where_a_full_batch_does_not() -> None:
+    guess = tree_of(((5,), (0.5,)))
+    # alone: 1.5 tokens for the price of 1 (2 rows are below the knee) -> verify the guess
+    assert allocate_batch([Candidates(guess, guess.probs)], KNEE8)[0].nodes == (0,)
+    # 16 requests each with that guess: roots only = 16 tokens / c(16) = 8 per unit; with the guesses
+    # 32 rows = 24 tokens / c(32) = 6 per unit -> plain batched decoding
+    plans = allocate_batch([Candidates(guess, guess.probs)] * 16, KNEE8)
+    assert all(p.nodes == () for p in plans)
+    # 4 requests: 8 rows cost what 4 do, so every guess is verified (6 tokens / 1 unit vs 4 / 1)
+    assert all(p.nodes == (0,) for p in allocate_batch([Candidates(guess, guess.probs)] * 4, KNEE8))
+
+
+def test_a_batch_shares_one_width_and_each_request_fills_it_with_its_best_nodes() -> None:
+    # On a flat curve every row is free: the widest request sets the width (4 rows), and each request
+    # fills it with its most probable nodes.
+    deep = tree_of(((1, 2, 3, 4, 5), (0.9, 0.8, 0.7, 0.6, 0.5)))
+    wide = tree_of(*[((t,), (0.1 * t,)) for t in range(1, 6)])
+    plans = allocate_batch([Candidates(deep, deep.probs, max_width=4), Candidates(wide, wide.probs, max_width=4)],
+                           CostCurve.flat())
+    assert plans[0].nodes == (0, 1, 2)
+    assert plans[1].nodes == (4, 3, 2)  # the three likeliest of five single guesses
+    assert plans[0].cost == plans[1].cost  # one pass, one cost
+
+
+def test_the_row_budget_caps_speculation_but_never_a_root() -> None:
+    guess = tree_of(((5,), (0.9,)))
+    plans = allocate_batch([Candidates(guess, guess.probs)] * 4, CostCurve.flat(), max_rows=4)
+    assert all(p.nodes == () and p.width == 1 for p in plans)
+    plans = allocate_batch([Candidates(guess, guess.probs)] * 4, CostCurve.flat(), max_rows=8)
+    assert all(p.nodes == (0,) for p in plans)
+
+
+def test_a_request_run_as_proposed_sets_the_batch_width() -> None:
+    # An unsized draft (fixed at 3 rows) forces width 3; the other request may use those rows for free.
+    fixed = tree_of(((1, 2), (1.0, 1.0)))
+    other = tree_of(((7, 8), (0.2, 0.1)))
+    plans = allocate_batch([Candidates(fixed, fixed.probs, fixed=3), Candidates(other, other.probs)], KNEE8)
+    assert plans[0].nodes == (0, 1) and plans[0].width == 3
+    assert plans[1].nodes == (0, 1)

@@ -1,0 +1,157 @@
+"""The scheduler: one forward pass per step for every active request (continuous batching).
+
+    1. admit: prefill each new request into a free cache slot (its own pass), up to `max_batch`
+    2. propose: every active request's candidate tree from its own sources
+    3. allocate: one budget for the step (engine/allocator.py, `allocate_batch`): every request gets its
+       root row; the pass is as wide as pays off on the device's cost curve across all of them
+    4. step: one pass for all (engine/step.py, `step_batch`); each request sees only its own slot
+    5. absorb: stop rules, emit, update the sources; finished or cancelled requests leave between steps
+
+A request's tokens do not depend on its companions: its rows see only its own keys, and every pass is
+padded to the model's width floor, above which a row's logits do not depend on the pass's width
+(engine/numerics.py). At low load the budget goes to speculation; as requests fill the batch, the
+root rows use it up and the step becomes plain batched decoding.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from lookahead.engine.allocator import allocate_batch
+from lookahead.engine.costs import CostCurve, cost_curve
+from lookahead.engine.draft import Draft
+from lookahead.engine.numerics import width_probe
+from lookahead.engine.step import StepRunner
+from lookahead.errors import ConfigError
+from lookahead.models.dtypes import device_signature
+from lookahead.models.loader import LoadedModel
+from lookahead.models.registry import cache_root
+from lookahead.scheduler.request import Request, StepEvent
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """max_batch: requests decoded together (cache slots); max_rows: most query rows one pass may carry
+    across all requests (None: as many as the cost curve says pay, up to each request's widest step);
+    exact: pad passes to the model's width floor so that every token is bit-identical to decoding the
+    request alone (False: unpadded, identical only up to float rounding); widest: the widest step a
+    request may take (sizes the width probe)."""
+
+    max_batch: int = 8
+    max_rows: int | None = None
+    exact: bool = True
+    widest: int = 64
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_batch, int) or self.max_batch < 1:
+            raise ConfigError(f"max_batch must be an integer >= 1, got {self.max_batch!r}")
+        if self.max_rows is not None and (not isinstance(self.max_rows, int) or self.max_rows < self.max_batch):
+            raise ConfigError(f"max_rows must be an integer >= max_batch ({self.max_batch}) so that every request "
+                              f"gets its root row, got {self.max_rows!r}")
+        if not isinstance(self.widest, int) or self.widest < 1:
+            raise ConfigError(f"widest must be an integer >= 1, got {self.widest!r}")
+
+
+@dataclass(frozen=True)
+class StepReport:
+    """What one scheduler step did: requests in the pass, query rows (padded), of them speculative
+    (candidate and aux rows granted), and the pass's seconds."""
+
+    batch: int
+    rows: int
+    speculative_rows: int
+    forward_s: float
+
+
+class Scheduler:
+    """Decodes many requests of one model together. Not thread-safe: one thread calls add/cancel/step."""
+
+    def __init__(self, loaded: LoadedModel, config: SchedulerConfig | None = None) -> None:
+        self.config = config or SchedulerConfig()
+        self.loaded = loaded
+        numerics = width_probe(loaded.model, self.config.widest) if self.config.exact else None
+        self.runner = StepRunner(loaded.model, None, numerics)
+        self.curve = device_costs(loaded, self.runner)
+        self.cache = self.runner.new_cache(self.config.max_batch)
+        self.active: list[Request] = []  # active[i] lives in cache slot i
+        self.last: StepReport | None = None
+
+    @property
+    def free_slots(self) -> int:
+        return self.config.max_batch - len(self.active)
+
+    @property
+    def kv_tokens(self) -> int:
+        """Cached tokens of the active requests."""
+        return sum(len(r.context) - 1 for r in self.active)
+
+    # 1. Admit.
+    def add(self, request: Request) -> None:
+        """Prefill `request` into the next free slot; it joins the next step."""
+        if not self.free_slots:
+            raise RuntimeError(f"the batch is full ({self.config.max_batch} requests); wait for one to finish")
+        slot = len(self.active)
+        self.cache.clear(slot)
+        self.cache.select(slot, slot + 1)
+        request.started = time.perf_counter()
+        spent = self.runner.timer.seconds
+        self.runner.prefill(self.cache, request.prompt_ids)  # all prompt tokens but the last (the first root)
+        request.device_s += self.runner.timer.seconds - spent
+        request.decode_started = time.perf_counter()
+        request.stats.prefill_s = request.decode_started - request.started
+        self.active.append(request)
+
+    def remove(self, request: Request) -> None:
+        """Retire `request` (finished or cancelled); the last slot's request moves into its slot."""
+        slot = self.active.index(request)
+        last = len(self.active) - 1
+        if slot != last:
+            self.cache.move(last, slot)
+            self.active[slot] = self.active[last]
+        self.cache.clear(last)
+        self.active.pop()
+
+    def step(self) -> list[tuple[Request, StepEvent]]:
+        """One pass for every active request. Returns the events to deliver, in request order; a
+        request's final event (with its result) comes in the step it finishes, and it leaves the batch."""
+        if not self.active:
+            return []
+        batch = len(self.active)
+        # 2. Propose.
+        wanted = [r.propose(self.runner.chain_only) for r in self.active]
+        # 3. Allocate one budget across the batch.
+        widest = max(c.max_width for c in wanted)
+        plans = allocate_batch(wanted, self.curve, max_width=max(widest, max(c.fixed or 1 for c in wanted)),
+                               max_rows=self.config.max_rows)
+        items = [r.item(plan) for r, plan in zip(self.active, plans)]
+        # rows up to a cheaper width are free, but never wider than the requests' own widest steps
+        self.runner.pad_to = lambda k: min(self.curve.pad_to(k), max(k, widest * batch))
+        # 4. One pass.
+        self.cache.select(0, batch)
+        outcomes = self.runner.step_batch(self.cache, items)
+        rows = sum(o.query_tokens for o in outcomes)
+        spent = sum(o.forward_s for o in outcomes)
+        self.curve.observe(rows, spent)
+        self.last = StepReport(batch, rows, sum(len(it.draft.tree) + _aux_rows(it.draft) for it in items), spent)
+        # 5. Absorb; retire the finished.
+        events: list[tuple[Request, StepEvent]] = []
+        for request, outcome in zip(list(self.active), outcomes):
+            event = request.absorb(outcome, batch)
+            if event is not None:
+                events.append((request, event))
+            if request.finished:
+                events.append((request, request.result(self.runner.model.floor)))
+                self.remove(request)
+        return events
+
+
+def _aux_rows(draft: Draft) -> int:
+    return 0 if draft.aux is None else int(draft.aux.tokens.shape[0])
+
+
+def device_costs(loaded: LoadedModel, runner: StepRunner, remeasure: bool = False) -> CostCurve:
+    """The cost curve of `runner`'s passes on this device (engine/costs.py), cached per model, dtype,
+    device and pass kind; `remeasure` re-times it and overwrites the cache (`lookahead profile`)."""
+    return cost_curve(loaded.model, runner.model, cache_root() / "cost-curves.json",
+                      f"{loaded.name}|{loaded.dtype}|{device_signature()}", remeasure=remeasure)

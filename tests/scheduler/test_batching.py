@@ -1,0 +1,115 @@
+"""Continuous batching: a request's tokens do not depend on its batch companions.
+
+Each case decodes a mix of requests (strategies, greedy and seeded sampling, prompt lengths, token
+limits) through one Scheduler with requests arriving at random steps, and compares every request's
+tokens with decoding it alone (lookahead.generate). Float64 tiny models, so "equal" means bit-equal
+logits up to argmax ties, which random weights do not produce.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+import lookahead
+from lookahead.config import GenerationConfig, LookaheadConfig, SamplingConfig
+from lookahead.errors import ConfigError
+from lookahead.scheduler.request import Request
+from lookahead.scheduler.scheduler import Scheduler, SchedulerConfig
+from lookahead.testing import ARCHS
+
+from ..engine.helpers import model64, prompts
+
+GREEDY = SamplingConfig()
+
+
+def mix(n: int, seed: int) -> list[tuple[str, GenerationConfig]]:
+    """n requests: prompts of different lengths, strategies, greedy or seeded sampling, token limits."""
+    rng = random.Random(seed)
+    out = []
+    for i, text in enumerate(prompts(n)):
+        sampling = GREEDY if i % 2 == 0 else SamplingConfig(temperature=0.8, top_p=0.9, seed=100 + i)
+        strategy = ("lookahead", "prompt_lookup", "autoregressive", "lookahead")[i % 4]
+        cfg = GenerationConfig(max_new_tokens=rng.randint(6, 20), strategy=strategy, sampling=sampling,
+                               lookahead=LookaheadConfig(sources=("context", "suffix", "recycle", "jacobi")))
+        out.append((text, cfg))
+    return out
+
+
+def run_batched(lm: lookahead.LoadedModel, requests: list[tuple[str, GenerationConfig]], max_batch: int,
+                seed: int) -> tuple[dict[int, list[int]], int]:
+    """Decode `requests` through one scheduler; each waits a random number of steps before it may join.
+    Returns tokens per request index and the widest batch seen."""
+    rng = random.Random(seed)
+    scheduler = Scheduler(lm, SchedulerConfig(max_batch=max_batch))
+    waiting = [(rng.randint(0, 6), i) for i in range(len(requests))]
+    waiting.sort()
+    tokens: dict[int, list[int]] = {}
+    index: dict[int, int] = {}
+    widest, step = 0, 0
+    while waiting or scheduler.active:
+        while waiting and waiting[0][0] <= step and scheduler.free_slots:
+            _, i = waiting.pop(0)
+            text, cfg = requests[i]
+            request = Request(lm, lm.encode(text, raw=True), cfg)
+            index[id(request)] = i
+            scheduler.add(request)
+        for request, event in scheduler.step():
+            if event.result is not None:
+                tokens[index[id(request)]] = event.result.token_ids
+        widest = max(widest, scheduler.last.batch if scheduler.last else 0)
+        step += 1
+    return tokens, widest
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_batched_tokens_equal_each_request_decoded_alone(arch: str) -> None:
+    lm = model64(arch)
+    requests = mix(7, seed=1)
+    alone = {i: lookahead.generate(lm, lm.encode(text, raw=True), max_new_tokens=cfg.max_new_tokens,
+                                   strategy=cfg.strategy, sampling=cfg.sampling, lookahead=cfg.lookahead).token_ids
+             for i, (text, cfg) in enumerate(requests)}
+    for max_batch, seed in ((3, 0), (7, 1)):
+        batched, widest = run_batched(lm, requests, max_batch, seed)
+        assert widest > 1, "the requests never shared a pass: the test would prove nothing"
+        for i in alone:
+            assert batched[i] == alone[i], f"{arch} request {i} ({requests[i][1].strategy}) batch {max_batch}"
+
+
+def test_a_cancelled_request_frees_its_slot_and_changes_no_one_else() -> None:
+    lm = model64("llama")
+    requests = mix(4, seed=2)
+    alone = [lookahead.generate(lm, lm.encode(t, raw=True), max_new_tokens=c.max_new_tokens, strategy=c.strategy,
+                                sampling=c.sampling, lookahead=c.lookahead).token_ids for t, c in requests]
+    scheduler = Scheduler(lm, SchedulerConfig(max_batch=3))
+    live = [Request(lm, lm.encode(t, raw=True), c) for t, c in requests[:3]]
+    for r in live:
+        scheduler.add(r)
+    scheduler.step()
+    scheduler.remove(live[0])  # slot 0 is freed: the request in the last slot moves into it
+    assert scheduler.free_slots == 1 and live[0] not in scheduler.active
+    late = Request(lm, lm.encode(requests[3][0], raw=True), requests[3][1])
+    scheduler.add(late)
+    done: dict[int, list[int]] = {}
+    while scheduler.active:
+        for request, event in scheduler.step():
+            if event.result is not None:
+                done[id(request)] = event.result.token_ids
+    assert done[id(live[1])] == alone[1] and done[id(live[2])] == alone[2] and done[id(late)] == alone[3]
+
+
+def test_a_full_batch_refuses_another_request() -> None:
+    lm = model64("llama")
+    scheduler = Scheduler(lm, SchedulerConfig(max_batch=1))
+    cfg = GenerationConfig(max_new_tokens=4)
+    scheduler.add(Request(lm, lm.encode("abc", raw=True), cfg))
+    with pytest.raises(RuntimeError, match="batch is full"):
+        scheduler.add(Request(lm, lm.encode("abd", raw=True), cfg))
+
+
+@pytest.mark.parametrize("bad", [dict(max_batch=0), dict(max_batch=4, max_rows=3), dict(widest=0),
+                                 dict(max_batch="2")])
+def test_bad_scheduler_settings_are_refused(bad: dict[str, object]) -> None:
+    with pytest.raises(ConfigError):
+        SchedulerConfig(**bad)  # type: ignore[arg-type]

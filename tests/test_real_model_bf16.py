@@ -74,3 +74,37 @@ def test_bf16_speculation_was_accepted_across_the_prompts() -> None:
     accepted = sum(lookahead.generate(lm, lm.encode(p), max_new_tokens=48, adaptive=False).stats.guesses_accepted
                    for p in BENCH_PROMPTS.values())
     assert accepted > 20
+
+
+def test_bf16_batched_requests_equal_their_lone_runs() -> None:
+    # Continuous batching: six requests (lookahead, autoregressive and prompt lookup; greedy and seeded
+    # sampling) join a batch of 4 at different steps; each one's tokens must equal decoding it alone.
+    from lookahead.config import GenerationConfig
+    from lookahead.scheduler.request import Request
+    from lookahead.scheduler.scheduler import Scheduler, SchedulerConfig
+
+    lm = smollm2_bf16()
+    cases = []
+    for i, prompt in enumerate(list(BENCH_PROMPTS.values())[:6]):
+        sampling = SamplingConfig() if i % 2 == 0 else SamplingConfig(temperature=0.7, seed=i)
+        cases.append((lm.encode(prompt), GenerationConfig(max_new_tokens=24 + 6 * i, sampling=sampling,
+                                                          strategy=("lookahead", "autoregressive", "prompt_lookup")[i % 3])))
+    alone = [lookahead.generate(lm, ids, max_new_tokens=c.max_new_tokens, strategy=c.strategy, sampling=c.sampling)
+             .token_ids for ids, c in cases]
+    scheduler = Scheduler(lm, SchedulerConfig(max_batch=4))
+    pending = list(range(len(cases)))
+    done: dict[int, list[int]] = {}
+    index: dict[int, int] = {}
+    widest = 0
+    while pending or scheduler.active:
+        if pending and scheduler.free_slots and len(done) + len(scheduler.active) < 2 + 2 * len(done):
+            i = pending.pop(0)
+            request = Request(lm, cases[i][0], cases[i][1])
+            index[id(request)] = i
+            scheduler.add(request)
+        for request, event in scheduler.step():
+            if event.result is not None:
+                done[index[id(request)]] = event.result.token_ids
+        widest = max(widest, scheduler.last.batch if scheduler.last else 0)
+    assert widest > 1
+    assert [done[i] for i in range(len(cases))] == alone

@@ -63,17 +63,27 @@ class ForwardTimer:
 class ModelRunner:
     """One model's forward pass. `floor`: pad every pass to at least this many query rows and logit
     rows (None: run unpadded). `exact_attention`: compute attention with engine/attention.py's
-    width-invariant function (the model must have it installed)."""
+    width-invariant function (the model must have it installed). `batch_exact`: the width probe found
+    that sequences batched into a pass of >= floor rows need no padding of their own."""
 
-    def __init__(self, model: Any, floor: int | None = None, exact_attention: bool = False) -> None:
+    def __init__(self, model: Any, floor: int | None = None, exact_attention: bool = False,
+                 batch_exact: bool = False) -> None:
         self.model = model
         self.floor = floor
+        self.batch_exact = batch_exact
         self.exact_attention = exact_attention
         self.masks = MaskBuilder(model.config, next(model.parameters()).dtype)
         params = inspect.signature(model.forward).parameters
         self.cache_kwarg = "cache" if "cache" in params else "past_key_values"
         self.can_keep_logits = "logits_to_keep" in params
         self.timer = ForwardTimer()
+
+    def row_floor(self, batch: int) -> int:
+        """The fewest rows each of `batch` sequences must carry for exact rows: the floor, or, where the
+        probe found batching exact, the floor shared among the batch."""
+        if not self.floor:
+            return 1
+        return -(-self.floor // batch) if self.batch_exact else self.floor
 
     def forward(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor, local: torch.Tensor,
                 keep: torch.Tensor, width: int = 0) -> torch.Tensor:
@@ -90,14 +100,15 @@ class ModelRunner:
         lengths = cache.slot_lengths()
         if len(lengths) != len(parts):
             raise ValueError(f"{len(parts)} parts for a pass over {len(lengths)} cache slots")
-        q = max(max(int(p.tokens.shape[0]) for p in parts), self.floor or 0, width)
+        least = self.row_floor(len(parts))
+        q = max(max(int(p.tokens.shape[0]) for p in parts), least, width)
         padded = [p.padded(q) for p in parts]
         # Logit rows: every row some part keeps; the LM head gets >= floor rows (engine/numerics.py).
         kept = torch.zeros(q, dtype=torch.bool)
         for p in parts:
             kept[p.keep] = True
-        if self.floor and int(kept.sum()) < self.floor:
-            kept[torch.nonzero(~kept).flatten()[: self.floor - int(kept.sum())]] = True
+        if int(kept.sum()) < least:
+            kept[torch.nonzero(~kept).flatten()[: least - int(kept.sum())]] = True
         rows = torch.nonzero(kept).flatten()  # [R] ascending
         key_width = cache.key_width(q)
         masks = [self.masks.build(n, pos, loc, key_width) for n, (_, pos, loc) in zip(lengths, padded)]

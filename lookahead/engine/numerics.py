@@ -26,9 +26,9 @@ from lookahead.cachefile import read_json, update_json
 from lookahead.engine.attention import install
 from lookahead.errors import ConfigError
 from lookahead.engine.kvcache import KVCache
-from lookahead.engine.model_runner import ModelRunner
+from lookahead.engine.model_runner import ModelRunner, Rows
 
-PROBE_VERSION = 2  # bump when the engine's numerics change (cached probes of older versions are ignored)
+PROBE_VERSION = 3  # bump when the engine's numerics change (cached probes of older versions are ignored)
 KEY_ALIGN = 64  # exact steps see their keys padded to a multiple of this (engine/kvcache.py)
 USABLE_FLOOR = 16  # a floor above this would make every step as wide as 16 rows: treated as none
 _CONTEXTS = (40, 300, 700)  # cached context lengths the rows are probed over
@@ -46,10 +46,13 @@ class WidthProbe:
     dtype: str
     gap_invariant: bool = False  # rows are unchanged by masked keys between their visible keys
     exact_attention: bool = False  # measured with (and the engine then runs) engine/attention.py
+    # a sequence needs no padding of its own in a pass whose sequences carry >= floor rows together: its
+    # rows come out as they do alone at the floor (continuous batching, engine/model_runner.py)
+    batch_exact: bool = False
 
     def to_dict(self) -> dict[str, object]:
         return {"floor": self.floor, "max_width": self.max_width, "dtype": self.dtype,
-                "exact_attention": self.exact_attention,
+                "exact_attention": self.exact_attention, "batch_exact": self.batch_exact,
                 "gap_invariant": self.gap_invariant, "diffs": {str(k): v for k, v in sorted(self.diffs.items())}}
 
 
@@ -104,7 +107,33 @@ def probe_width_floor(model: Any, max_width: int = 64, seed: int = 0) -> WidthPr
     if floor is not None and floor > USABLE_FLOOR:
         floor = None
     dtype = str(next(model.parameters()).dtype).replace("torch.", "")
-    return WidthProbe(floor, max_width, diffs, dtype, gap_invariant and floor is not None, exact)
+    batch_exact = floor is not None and _batch_invariant(runner, tokens, floor, contexts)
+    return WidthProbe(floor, max_width, diffs, dtype, gap_invariant and floor is not None, exact, batch_exact)
+
+
+def _batch_invariant(runner: ModelRunner, tokens: torch.Tensor, floor: int, contexts: list[int]) -> bool:
+    """Does a sequence of q < floor rows, in a pass of B sequences with B * q >= floor, get the logits it
+    gets alone in a pass padded to the floor? Sequences over different context lengths, B up to 16."""
+    for q in range(1, floor):
+        for b in sorted({-(-floor // q), 4, 8, 16}):
+            if b * q < floor:
+                continue
+            cache = KVCache(KEY_ALIGN, b)
+            lengths = [contexts[i % len(contexts)] - i for i in range(b)]
+            alone, parts = [], []
+            for slot, n in enumerate(lengths):
+                cache.select(slot, slot + 1)
+                runner.prefill(cache, tokens[:n].tolist())
+                rows = Rows(tokens[n : n + q], torch.arange(n, n + q), torch.ones(q, q, dtype=torch.bool).tril_(),
+                            torch.arange(q))
+                alone.append(runner.forward(cache, rows.tokens, rows.positions, rows.local, rows.keep, floor))
+                cache.keep(n, torch.arange(0))
+                parts.append(rows)
+            cache.select(0, b)
+            together = runner.forward_batch(cache, parts)
+            if not all(torch.equal(a, t) for a, t in zip(alone, together)):
+                return False
+    return True
 
 
 def _gap_invariant(runner: ModelRunner, cache: KVCache, tokens: torch.Tensor, width: int) -> bool:
@@ -160,7 +189,8 @@ def width_probe(model: Any, min_width: int = 2, cache_file: Path | None = None, 
 def _read(path: Path) -> dict[str, WidthProbe]:
     try:
         return {k: WidthProbe(v["floor"], v["max_width"], {int(w): d for w, d in v["diffs"].items()}, v["dtype"],
-                              v["gap_invariant"], v["exact_attention"]) for k, v in read_json(path).items()}
+                              v["gap_invariant"], v["exact_attention"], v.get("batch_exact", False))
+                for k, v in read_json(path).items()}
     except (KeyError, TypeError, AttributeError, ValueError):
         return {}
 

@@ -44,7 +44,8 @@ class StepRunner:
                  top_k: int = 0) -> None:
         exact = numerics is not None and numerics.floor is not None
         self.model = ModelRunner(model, numerics.floor if exact else None,  # type: ignore[union-attr]
-                                 exact_attention=exact and numerics.exact_attention)  # type: ignore[union-attr]
+                                 exact_attention=exact and numerics.exact_attention,  # type: ignore[union-attr]
+                                 batch_exact=exact and numerics.batch_exact)  # type: ignore[union-attr]
         self.chooser = chooser
         self.top_k = top_k
         self.pad_to: Callable[[int], int] | None = None  # the width to run a pass of k rows at (cost curve)
@@ -89,7 +90,7 @@ class StepRunner:
         logits = self.model.forward_batch(cache, [Rows(x.tokens, x.positions, x.local, x.keep) for x in queries],
                                           width)  # B x [K_b, V]
         spent = self.model.timer.seconds - spent
-        rows = max(q, self.model.floor or 1, width)  # each sequence's width in the pass
+        rows = max(q, self.model.row_floor(b), width)  # each sequence's width in the pass
 
         outcomes = []
         for slot, (it, p, tree, query, out) in enumerate(zip(items, lengths, trees, queries, logits)):

@@ -53,20 +53,21 @@ class _WidthDependent(torch.nn.Module):
     """Adds `scale` to every hidden state when the pass has fewer than `below` rows (or always a
     width-dependent amount when below is None): a planted kernel that is not width-invariant."""
 
-    def __init__(self, below: int | None, scale: float) -> None:
+    def __init__(self, below: int | None, scale: float, total: bool = False) -> None:
         super().__init__()
-        self.below, self.scale = below, scale
+        self.below, self.scale, self.total = below, scale, total
 
     def hook(self, module: torch.nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
-        rows = output.shape[1]
+        # rows of one sequence, or (total) of the whole pass, as a matmul kernel choosing by M would see
+        rows = output.shape[1] * (output.shape[0] if self.total else 1)
         if self.below is None:
             return output + self.scale * rows
         return output + self.scale if rows < self.below else output
 
 
-def _planted(below: int | None) -> lookahead.LoadedModel:
+def _planted(below: int | None, total: bool = False) -> lookahead.LoadedModel:
     lm = tiny_model("llama", dtype=torch.float64, seed=2)
-    lm.model.model.norm.register_forward_hook(_WidthDependent(below, 1e-3).hook)
+    lm.model.model.norm.register_forward_hook(_WidthDependent(below, 1e-3, total).hook)
     return lm
 
 
@@ -74,6 +75,49 @@ def test_probe_finds_a_planted_floor() -> None:
     probe = probe_width_floor(_planted(5).model, max_width=24)
     assert probe.floor == 5
     assert all(probe.diffs[w] > 0 for w in (1, 2, 3, 4)) and all(probe.diffs[w] == 0 for w in probe.diffs if w >= 5)
+
+
+def _planted16(below: int, total: bool) -> lookahead.LoadedModel:
+    """bfloat16 (the tiny models' batched rows are bit-identical there; float64 batched matmuls are not)."""
+    lm = tiny_model("llama", dtype=torch.bfloat16, seed=1)
+    lm.model.model.norm.register_forward_hook(_WidthDependent(below, 1.0, total).hook)
+    return lm
+
+
+def test_probe_says_whether_batched_sequences_may_share_the_floor() -> None:
+    # A kernel that picks its path by the rows of the whole pass (B * Q): four one-row sequences
+    # together are as exact as one sequence padded to 4 rows, so the batch needs no padding per sequence.
+    shared = probe_width_floor(_planted16(4, total=True).model, 24)
+    assert shared.floor == 4 and shared.batch_exact
+    # A kernel that goes by each sequence's own rows: batching does not help; every sequence is padded.
+    own = probe_width_floor(_planted16(4, total=False).model, 24)
+    assert own.floor == 4 and not own.batch_exact
+    # float64 batched matmuls differ from lone ones in the last bits: no sharing claimed there
+    assert not probe_width_floor(_planted(4, total=True).model, 24).batch_exact
+    for lm, probe in ((_planted16(4, True), shared), (_planted16(4, False), own)):
+        runner = ModelRunner(lm.model, probe.floor, exact_attention=True, batch_exact=probe.batch_exact)
+        assert [runner.row_floor(b) for b in (1, 2, 3, 4, 8)] == ([4, 2, 2, 1, 1] if probe.batch_exact else [4] * 5)
+
+
+def test_batched_requests_on_planted_floors_equal_their_lone_runs() -> None:
+    from lookahead.config import GenerationConfig
+    from lookahead.scheduler.request import Request
+    from lookahead.scheduler.scheduler import Scheduler, SchedulerConfig
+
+    for total in (True, False):
+        lm = _planted16(4, total)
+        texts = prompts(5)
+        alone = [lookahead.generate(lm, lm.encode(t, raw=True), max_new_tokens=12).token_ids for t in texts]
+        scheduler = Scheduler(lm, SchedulerConfig(max_batch=5))
+        requests = [Request(lm, lm.encode(t, raw=True), GenerationConfig(max_new_tokens=12)) for t in texts]
+        for r in requests:
+            scheduler.add(r)
+        done: dict[int, list[int]] = {}
+        while scheduler.active:
+            for r, event in scheduler.step():
+                if event.result is not None:
+                    done[id(r)] = event.result.token_ids
+        assert [done[id(r)] for r in requests] == alone, f"total={total}"
 
 
 def test_probe_says_no_floor_when_rows_are_never_invariant_and_the_engine_runs_unpadded() -> None:

@@ -25,6 +25,10 @@ from lookahead.errors import PromptError
 from lookahead.models.loader import LoadedModel
 
 
+REALIZATION_PRIOR = 1.0  # pseudo-tokens promised and realized before any step (a ratio of 1)
+REALIZATION_DECAY = 0.9  # weight kept by older steps
+
+
 @dataclass
 class GenerationStats:
     prompt_tokens: int = 0
@@ -117,14 +121,27 @@ class Request:
         self.started = time.perf_counter()
         self.decode_started = self.started
         self.draft: Draft | None = None
+        # Tree-level realization (decayed sums): the extra tokens the verified nodes' path probabilities
+        # promised, and those the steps accepted. Per-guess calibration still overrates a whole tree
+        # (its guesses are not independent), so the allocator sees every probability scaled by the
+        # ratio (at most 1): a request whose steps deliver less than promised speculates less.
+        self._promised = REALIZATION_PRIOR
+        self._realized = REALIZATION_PRIOR
+        self._promised_now = 0.0
+
+    @property
+    def realization(self) -> float:
+        """Accepted / promised extra tokens over recent speculative steps (1 before any evidence)."""
+        return min(1.0, self._realized / self._promised)
 
     @property
     def finished(self) -> bool:
         return self.state.finish_reason is not None
 
-    def propose(self, chain_only: bool = False) -> Candidates:
+    def propose(self, chain_only: bool = False, batched: bool = False) -> Candidates:
         """This step's draft (kept until `absorb`) as the allocator sees it (`chain_only`: the pass can
-        verify one path only)."""
+        verify one path only; `batched`: the step is shared with other requests, so the aux branch is
+        valued at its measured worth, without the bonus that makes a lone request explore it)."""
         cfg = self.cfg
         budget = cfg.max_new_tokens - len(self.state.token_ids) - 1  # candidate tokens worth verifying
         draft = self.proposer.propose(self.context, budget)
@@ -133,7 +150,10 @@ class Request:
         self.draft = draft
         aux_rows = 0 if draft.aux is None else int(draft.aux.tokens.shape[0])
         fixed = None if draft.calibrated else 1 + len(draft.tree) + aux_rows  # not calibrated: run as proposed
-        return Candidates(draft.tree, draft.tree.probs, aux_rows, draft.aux_value, chain_only, fixed=fixed,
+        r = self.realization
+        probs = [p * r for p in draft.tree.probs] if r < 1.0 else draft.tree.probs
+        aux_value = draft.aux_measured if batched and draft.aux_measured is not None else draft.aux_value
+        return Candidates(draft.tree, probs, aux_rows, aux_value * r, chain_only, fixed=fixed,
                           max_width=cfg.widest_step)
 
     def item(self, plan: Allocation) -> StepItem:
@@ -141,6 +161,7 @@ class Request:
         draft = self.draft
         assert draft is not None, "propose() comes before item()"
         if draft.calibrated:
+            self._promised_now = sum(draft.tree.probs[n] for n in plan.nodes)
             draft = Draft(tree=draft.tree.subtree(plan.nodes), aux=draft.aux if plan.aux else None)
         self.draft = draft
         return StepItem(self.context[-1], draft, self.chooser, self.top_k)
@@ -157,6 +178,10 @@ class Request:
         stats.aux_steps += self.draft is not None and self.draft.aux is not None
         stats.processed_tokens += outcome.query_tokens
         stats.guesses_verified += outcome.candidate_tokens
+        if self._promised_now > 0:
+            self._promised = REALIZATION_DECAY * self._promised + self._promised_now
+            self._realized = REALIZATION_DECAY * self._realized + len(outcome.accepted) - 1
+            self._promised_now = 0.0
         emitted: list[int] = []
         for token, source in zip(outcome.accepted, outcome.accepted_sources):
             emitted.append(token)

@@ -119,7 +119,7 @@ class Scheduler:
             return []
         batch = len(self.active)
         # 2. Propose.
-        wanted = [r.propose(self.runner.chain_only) for r in self.active]
+        wanted = [r.propose(self.runner.chain_only, batched=batch > 1) for r in self.active]
         # 3. Allocate one budget across the batch.
         widest = max(c.max_width for c in wanted)
         plans = allocate_batch(wanted, self.curve, max_width=max(widest, max(c.fixed or 1 for c in wanted)),

@@ -119,6 +119,32 @@ def run_level(lm: lookahead.LoadedModel, requests: list[tuple[list[int], Generat
     return level, [out[i] for i in range(len(requests))]
 
 
+def plot(levels: list[dict], path: Path) -> None:
+    """Throughput and device-seconds per request against concurrency, one line per mode (medians over
+    repeats): the crossover where speculation stops paying as load grows."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    for mode in dict.fromkeys(r["mode"] for r in levels):
+        ns = sorted({r["concurrency"] for r in levels if r["mode"] == mode})
+        med = {f: [statistics.median(r[f] for r in levels if r["mode"] == mode and r["concurrency"] == n) for n in ns]
+               for f in ("tokens_per_s", "device_s_per_request")}
+        left.plot(ns, med["tokens_per_s"], marker="o", label=mode)
+        right.plot(ns, med["device_s_per_request"], marker="o", label=mode)
+    for ax, title in ((left, "throughput (completion tokens / s)"), (right, "device-seconds per request")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("concurrent clients")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="smollm2-135m-instruct")
@@ -131,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--modes", default=",".join(MODES))
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--out", help="write every level as JSON here")
+    p.add_argument("--out", help="write every level as JSON here, and the crossover plot beside it (.png)")
     args = p.parse_args(argv)
     levels = [int(n) for n in args.concurrency.split(",")]
     modes = [m for m in args.modes.split(",") if m]
@@ -183,9 +209,11 @@ def main(argv: list[str] | None = None) -> int:
                   f"{med['ttft_p50_s']:.2f} | {med['ttft_p95_s']:.2f} | {med['device_s_per_request']:.3f} | "
                   f"{med['mean_batch']:.2f} | {med['rows_per_pass']:.2f} | {med['speculative_rows_per_pass']:.2f} |")
     if args.out:
-        Path(args.out).write_text(json.dumps({"model": args.model, "dtype": str(lm.dtype), "requests": args.requests,
-                                              "max_new_tokens": args.max_new_tokens, "mismatches": mismatches,
-                                              "levels": [asdict(r) for r in results]}, indent=1) + "\n")
+        out = Path(args.out)
+        out.write_text(json.dumps({"model": args.model, "dtype": str(lm.dtype), "requests": args.requests,
+                                   "max_new_tokens": args.max_new_tokens, "mismatches": mismatches,
+                                   "levels": [asdict(r) for r in results]}, indent=1) + "\n")
+        plot([asdict(r) for r in results], out.with_suffix(".png"))
     print(json.dumps({"model": args.model, "dtype": str(lm.dtype).replace("torch.", ""), "mismatches": mismatches,
                       "tokens_per_s": summary}))
     return 1 if mismatches else 0

@@ -17,9 +17,8 @@ source sees the outcome (engine/sources.Observation).
 
 The aux branch's worth: the tokens its n-grams got accepted per step while it ran (an EMA). While it
 does not run that estimate is not refreshed, so it drifts back to the optimistic prior over
-`explore_every` steps and the window gets tried again. That drift is an exploration bonus: the draft
-also carries the measured worth alone, which a batched step uses (there the window's rows are paid
-once per request in the batch, so exploring is not cheap).
+`explore_every` steps and the window gets tried again. (A batched step runs no window at all:
+lookahead/scheduler/request.py.)
 """
 
 from __future__ import annotations
@@ -87,8 +86,7 @@ class SourcePool:
             return Draft(tree=tree, calibrated=self.cfg.allocate)
         drift = min(1.0, self._idle / self.cfg.explore_every)
         worth = self.aux_worth + (self.cfg.aux_prior - self.aux_worth) * drift
-        return Draft(tree=tree, aux=self.aux_source.branch(), aux_value=max(worth, 0.0),
-                     aux_measured=max(self.aux_worth, 0.0), calibrated=self.cfg.allocate)
+        return Draft(tree=tree, aux=self.aux_source.branch(), aux_value=max(worth, 0.0), calibrated=self.cfg.allocate)
 
     def _correct_first_tokens(self, tree: CandidateTree) -> list[tuple[int, float]]:
         """Scale each first token's subtree by the calibrator's factor for its rank among the distinct

@@ -107,15 +107,12 @@ class CandidateTree:
 @dataclass
 class Draft:
     """A step's proposal. `aux_value`: the tokens the aux branch is expected to earn (later steps'
-    accepted guesses it mints), for the allocator (engine/allocator.py), possibly raised to explore the
-    branch again; `aux_measured`: the same without that bonus (what a batched step goes by, where
-    exploring costs a block of rows per request; None: no bonus); `calibrated`: tree.probs are
+    accepted guesses it mints), for the allocator (engine/allocator.py); `calibrated`: tree.probs are
     calibrated probabilities the allocator may size the step by (False: verify as proposed)."""
 
     tree: CandidateTree
     aux: AuxBranch | None = None
     aux_value: float = 0.0
-    aux_measured: float | None = None  # aux_value without any exploration bonus (None: the same)
     calibrated: bool = False
 
 

@@ -80,8 +80,8 @@ def test_bf16_batched_requests_equal_their_lone_runs() -> None:
     # Continuous batching: six requests (lookahead, autoregressive and prompt lookup; greedy and seeded
     # sampling) join a batch of 4 at different steps; each one's tokens must equal decoding it alone.
     from lookahead.config import GenerationConfig
-    from lookahead.scheduler.request import Request
-    from lookahead.scheduler.scheduler import Scheduler, SchedulerConfig
+
+    from .scheduler.helpers import run_batched
 
     lm = smollm2_bf16()
     cases = []
@@ -91,20 +91,6 @@ def test_bf16_batched_requests_equal_their_lone_runs() -> None:
                                                           strategy=("lookahead", "autoregressive", "prompt_lookup")[i % 3])))
     alone = [lookahead.generate(lm, ids, max_new_tokens=c.max_new_tokens, strategy=c.strategy, sampling=c.sampling)
              .token_ids for ids, c in cases]
-    scheduler = Scheduler(lm, SchedulerConfig(max_batch=4))
-    pending = list(range(len(cases)))
-    done: dict[int, list[int]] = {}
-    index: dict[int, int] = {}
-    widest = 0
-    while pending or scheduler.active:
-        if pending and scheduler.free_slots and len(done) + len(scheduler.active) < 2 + 2 * len(done):
-            i = pending.pop(0)
-            request = Request(lm, cases[i][0], cases[i][1])
-            index[id(request)] = i
-            scheduler.add(request)
-        for request, event in scheduler.step():
-            if event.result is not None:
-                done[index[id(request)]] = event.result.token_ids
-        widest = max(widest, scheduler.last.batch if scheduler.last else 0)
+    done, widest = run_batched(lm, cases, max_batch=4, seed=0)
     assert widest > 1
     assert [done[i] for i in range(len(cases))] == alone

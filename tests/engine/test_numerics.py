@@ -104,6 +104,8 @@ def test_batched_requests_on_planted_floors_equal_their_lone_runs() -> None:
     from lookahead.scheduler.request import Request
     from lookahead.scheduler.scheduler import Scheduler, SchedulerConfig
 
+    from ..scheduler.helpers import drain
+
     for total in (True, False):
         lm = _planted16(4, total)
         texts = prompts(5)
@@ -112,11 +114,7 @@ def test_batched_requests_on_planted_floors_equal_their_lone_runs() -> None:
         requests = [Request(lm, lm.encode(t, raw=True), GenerationConfig(max_new_tokens=12)) for t in texts]
         for r in requests:
             scheduler.add(r)
-        done: dict[int, list[int]] = {}
-        while scheduler.active:
-            for r, event in scheduler.step():
-                if event.result is not None:
-                    done[id(r)] = event.result.token_ids
+        done = drain(scheduler)
         assert [done[id(r)] for r in requests] == alone, f"total={total}"
 
 

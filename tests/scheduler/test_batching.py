@@ -20,6 +20,7 @@ from lookahead.scheduler.scheduler import Scheduler, SchedulerConfig
 from lookahead.testing import ARCHS
 
 from ..engine.helpers import model64, prompts
+from .helpers import drain, run_batched
 
 GREEDY = SamplingConfig()
 
@@ -37,32 +38,6 @@ def mix(n: int, seed: int) -> list[tuple[str, GenerationConfig]]:
     return out
 
 
-def run_batched(lm: lookahead.LoadedModel, requests: list[tuple[str, GenerationConfig]], max_batch: int,
-                seed: int) -> tuple[dict[int, list[int]], int]:
-    """Decode `requests` through one scheduler; each waits a random number of steps before it may join.
-    Returns tokens per request index and the widest batch seen."""
-    rng = random.Random(seed)
-    scheduler = Scheduler(lm, SchedulerConfig(max_batch=max_batch))
-    waiting = [(rng.randint(0, 6), i) for i in range(len(requests))]
-    waiting.sort()
-    tokens: dict[int, list[int]] = {}
-    index: dict[int, int] = {}
-    widest, step = 0, 0
-    while waiting or scheduler.active:
-        while waiting and waiting[0][0] <= step and scheduler.free_slots:
-            _, i = waiting.pop(0)
-            text, cfg = requests[i]
-            request = Request(lm, lm.encode(text, raw=True), cfg)
-            index[id(request)] = i
-            scheduler.add(request)
-        for request, event in scheduler.step():
-            if event.result is not None:
-                tokens[index[id(request)]] = event.result.token_ids
-        widest = max(widest, scheduler.last.batch if scheduler.last else 0)
-        step += 1
-    return tokens, widest
-
-
 @pytest.mark.parametrize("arch", ARCHS)
 def test_batched_tokens_equal_each_request_decoded_alone(arch: str) -> None:
     lm = model64(arch)
@@ -71,7 +46,7 @@ def test_batched_tokens_equal_each_request_decoded_alone(arch: str) -> None:
                                    strategy=cfg.strategy, sampling=cfg.sampling, lookahead=cfg.lookahead).token_ids
              for i, (text, cfg) in enumerate(requests)}
     for max_batch, seed in ((3, 0), (7, 1)):
-        batched, widest = run_batched(lm, requests, max_batch, seed)
+        batched, widest = run_batched(lm, [(lm.encode(t, raw=True), c) for t, c in requests], max_batch, seed)
         assert widest > 1, "the requests never shared a pass: the test would prove nothing"
         for i in alone:
             assert batched[i] == alone[i], f"{arch} request {i} ({requests[i][1].strategy}) batch {max_batch}"
@@ -91,11 +66,7 @@ def test_a_cancelled_request_frees_its_slot_and_changes_no_one_else() -> None:
     assert scheduler.free_slots == 1 and live[0] not in scheduler.active
     late = Request(lm, lm.encode(requests[3][0], raw=True), requests[3][1])
     scheduler.add(late)
-    done: dict[int, list[int]] = {}
-    while scheduler.active:
-        for request, event in scheduler.step():
-            if event.result is not None:
-                done[id(request)] = event.result.token_ids
+    done = drain(scheduler)
     assert done[id(live[1])] == alone[1] and done[id(live[2])] == alone[2] and done[id(late)] == alone[3]
 
 

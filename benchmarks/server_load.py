@@ -149,6 +149,8 @@ class Server:
                 str(max_queue),
                 "--max-batch",
                 str(max_batch),
+                "--client-overrides",  # the soak forces lookahead on short requests the policy pins to AR
+                "on",
                 "--log-level",
                 "warning",
             ],

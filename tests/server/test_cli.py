@@ -57,6 +57,9 @@ def test_register_adds_serve_with_defaults(monkeypatch: pytest.MonkeyPatch) -> N
         (["--model", "/nonexistent/model"], "no model at '/nonexistent/model'"),
         (["--model", "tiny:llama", "--dtype", "float8"], "unknown dtype 'float8'"),
         (["--model", "tiny:transformer"], "unknown tiny model"),
+        (["--max-batch", "0"], "max batch must be an integer >= 1"),
+        (["--max-batch", "4", "--max-rows", "3"], "max rows must be an integer >= 4"),
+        (["--max-kv-tokens", "0"], "max kv tokens must be an integer >= 1"),
     ],
 )
 def test_bad_flags_exit_2_with_one_error_line(

@@ -71,6 +71,7 @@ class Scheduler:
         self.config = config or SchedulerConfig()
         self.loaded = loaded
         numerics = width_probe(loaded.model, self.config.widest) if self.config.exact else None
+        self.probe_width = numerics.max_width if numerics is not None else 0  # widths the probe vouches for
         self.runner = StepRunner(loaded.model, None, numerics)
         self.curve = device_costs(loaded, self.runner)
         self.cache = self.runner.new_cache(self.config.max_batch)
@@ -91,6 +92,8 @@ class Scheduler:
         """Prefill `request` into the next free slot; it joins the next step."""
         if not self.free_slots:
             raise RuntimeError(f"the batch is full ({self.config.max_batch} requests); wait for one to finish")
+        if self.config.exact and request.cfg.widest_step > self.probe_width:
+            self._widen(request.cfg.widest_step)
         slot = len(self.active)
         self.cache.clear(slot)
         self.cache.select(slot, slot + 1)
@@ -101,6 +104,16 @@ class Scheduler:
         request.decode_started = time.perf_counter()
         request.stats.prefill_s = request.decode_started - request.started
         self.active.append(request)
+
+    def _widen(self, width: int) -> None:
+        """A request may take wider steps than the probe covered: probe wider (once per model). The
+        padding must not change under the requests already decoding."""
+        numerics = width_probe(self.loaded.model, width)
+        model = self.runner.model
+        if (numerics.floor, numerics.batch_exact) != (model.floor, model.batch_exact) and model.floor is not None:
+            raise RuntimeError(f"probing {width}-row steps moved the width floor from {model.floor} to "
+                               f"{numerics.floor}; start the scheduler with widest >= {width}")
+        self.probe_width = numerics.max_width
 
     def remove(self, request: Request) -> None:
         """Retire `request` (finished or cancelled); the last slot's request moves into its slot."""

@@ -11,13 +11,14 @@ from __future__ import annotations
 import random
 
 import pytest
+import torch
 
 import lookahead
 from lookahead.config import GenerationConfig, LookaheadConfig, SamplingConfig
 from lookahead.errors import ConfigError
 from lookahead.scheduler.request import Request
 from lookahead.scheduler.scheduler import Scheduler, SchedulerConfig
-from lookahead.testing import ARCHS
+from lookahead.testing import ARCHS, tiny_model
 
 from ..engine.helpers import model64, prompts
 from .helpers import drain, run_batched
@@ -84,3 +85,21 @@ def test_a_full_batch_refuses_another_request() -> None:
 def test_bad_scheduler_settings_are_refused(bad: dict[str, object]) -> None:
     with pytest.raises(ConfigError):
         SchedulerConfig(**bad)  # type: ignore[arg-type]
+
+
+def test_a_request_wider_than_the_probe_widens_it() -> None:
+    # The scheduler's probe covered 64-row steps; a request whose steps reach 79 rows makes it probe
+    # those widths too (the exactness of wider passes is then measured, not assumed), and decodes as alone.
+    lm = tiny_model("qwen2", dtype=torch.float64, seed=5)  # its own model: no other test probed it wider
+    scheduler = Scheduler(lm, SchedulerConfig(max_batch=2, widest=8))
+    assert scheduler.probe_width == 64
+    cfg = GenerationConfig(max_new_tokens=12, lookahead=LookaheadConfig(window=16, ngram=5, guesses=2))
+    assert cfg.widest_step == 79
+    ids = lm.encode("abcabcabcabc", raw=True)
+    request = Request(lm, ids, cfg)
+    scheduler.add(request)
+    assert scheduler.probe_width >= 79
+    from .helpers import drain
+
+    assert drain(scheduler)[id(request)] == lookahead.generate(lm, ids, max_new_tokens=12,
+                                                               lookahead=cfg.lookahead).token_ids

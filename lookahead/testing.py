@@ -82,3 +82,26 @@ def tiny_model(arch: str = "llama", *, dtype: torch.dtype = torch.float32, seed:
     model.generation_config.pad_token_id = cfg.pad_token_id
     model._lookahead_flat_costs = True  # its timings mean nothing: the engine assumes a flat cost curve
     return wrap(model, tokenizer, name=f"tiny-{arch}")
+
+
+def hold_steps_while(path: str, limit_s: float = 120.0) -> None:
+    """In this process, make every decoding pass wait while the file `path` exists (at most `limit_s`).
+
+    For tests that need requests certainly in flight (e.g. a Ray replica killed mid-request) without
+    relying on timing: create the file, send requests (they are admitted, then wait before their first
+    pass), do what the test needs, delete the file. Run it in the serving process, e.g. as a
+    cluster ReplicaSpec's `setup` (functools.partial(hold_steps_while, path))."""
+    import os
+    import time
+
+    from lookahead.scheduler.scheduler import Scheduler
+
+    step = Scheduler.step
+
+    def held(self: Scheduler) -> Any:
+        end = time.monotonic() + limit_s
+        while os.path.exists(path) and time.monotonic() < end:
+            time.sleep(0.01)
+        return step(self)
+
+    Scheduler.step = held  # type: ignore[method-assign]

@@ -108,16 +108,23 @@ def create_app(
         )
     started = int(time.time())
 
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    def startup() -> None:
         worker.start()
-        yield
-        await asyncio.to_thread(worker.stop, config.shutdown_timeout_s)
+
+    def shutdown() -> None:
+        """Let in-flight requests end (bounded by shutdown_timeout_s), then save the n-gram caches."""
+        worker.stop(config.shutdown_timeout_s)
         if caches is not None and config.ngram_cache_file:
             try:  # after the worker stopped: nothing writes them now
                 caches.save(config.ngram_cache_file)
             except OSError as exc:
                 logging.getLogger("lookahead.server").error("could not save the n-gram caches: %s", exc)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        startup()
+        yield
+        await asyncio.to_thread(shutdown)
 
     app = FastAPI(
         title="lookahead",
@@ -128,6 +135,9 @@ def create_app(
     app.state.worker = worker
     app.state.metrics = metrics
     app.state.config = config
+    # For hosts that run the app without an ASGI lifespan (a Ray Serve replica, lookahead/cluster).
+    app.state.startup = startup
+    app.state.shutdown = shutdown
 
     def label_of(scope: Any) -> str:
         """The class label of a refused request: from the parsed body when it got that far, else the header."""

@@ -137,6 +137,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--ngram-cache-file", metavar="FILE", help="load those caches from FILE at start (if it exists), save at exit"
     )
     p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
+    ray = p.add_argument_group("scale out on Ray Serve (needs the [ray] extra; see docs/cluster.md)")
+    ray.add_argument("--ray", action="store_true",
+                     help="run the engine in Ray Serve replicas behind this endpoint (a local Ray instance "
+                     "unless --ray-address)")
+    ray.add_argument("--ray-address", metavar="ADDR", default=None,
+                     help="join an existing Ray cluster (ray://HOST:10001 or HOST:6379) instead of starting one")
+    ray.add_argument("--replicas", type=int, default=2, metavar="N",
+                     help="engine replicas, each with its own copy of the model (default 2; with autoscaling: at start)")
+    ray.add_argument("--min-replicas", type=int, default=None, metavar="N",
+                     help="autoscale between --min-replicas and --max-replicas on requests in flight per replica")
+    ray.add_argument("--max-replicas", type=int, default=None, metavar="N", help="see --min-replicas")
+    ray.add_argument("--target-ongoing", type=int, default=None, metavar="N",
+                     help="requests in flight per replica the autoscaler aims at (default: --max-batch)")
+    ray.add_argument("--class-replicas", default="", metavar="CLASS=N[,...]",
+                     help="request classes served by replicas of their own, e.g. chat=1 (routed by X-Request-Class "
+                     "or metadata.request_class)")
+    ray.add_argument("--threads-per-replica", type=int, default=None, metavar="N",
+                     help="torch threads (and Ray CPUs) per replica (default: the cores divided among the replicas)")
 
 
 def serve_command(args: argparse.Namespace) -> int:
@@ -145,10 +163,14 @@ def serve_command(args: argparse.Namespace) -> int:
         config = config_from_args(args)
         if config.ngram_cache_file:
             _check_cache_file(config.ngram_cache_file)
+        cluster = cluster_from_args(args)
         sock = _bind(config.host, config.port)
     except (LookaheadError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if cluster is not None:  # Ray Serve's proxy binds the port: the check above only failed fast
+        sock.close()
+        return _serve_ray(args, config, cluster)
     with sock:
         if not config.auth_enabled and not _is_loopback(config.host):
             print(
@@ -162,6 +184,43 @@ def serve_command(args: argparse.Namespace) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         run(loaded, config, sock, log_level=args.log_level, drafts=drafts)
+    return 0
+
+
+def cluster_from_args(args: argparse.Namespace) -> Any:
+    """The ClusterConfig of `serve --ray` (None without --ray; Ray flags without --ray are an error)."""
+    from lookahead.cluster.config import ClusterConfig, parse_class_replicas
+
+    given = [flag for flag, value in (("--ray-address", args.ray_address), ("--min-replicas", args.min_replicas),
+                                      ("--max-replicas", args.max_replicas), ("--class-replicas", args.class_replicas),
+                                      ("--target-ongoing", args.target_ongoing),
+                                      ("--threads-per-replica", args.threads_per_replica)) if value]
+    if not args.ray:
+        if given:
+            raise LookaheadError(f"{given[0]} only applies with --ray")
+        return None
+    if args.ngram_cache_file:
+        raise LookaheadError("--ngram-cache-file is per process; under --ray each replica keeps its own caches "
+                             "in memory (use --ngram-cache without a file)")
+    from lookahead.cluster.launch import require_ray
+
+    require_ray()
+    return ClusterConfig(replicas=args.replicas, min_replicas=args.min_replicas, max_replicas=args.max_replicas,
+                         target_ongoing=args.target_ongoing, class_replicas=parse_class_replicas(args.class_replicas),
+                         threads=args.threads_per_replica, address=args.ray_address)
+
+
+def _serve_ray(args: argparse.Namespace, config: ServerConfig, cluster: Any) -> int:
+    from lookahead.cluster.launch import serve_forever
+    from lookahead.cluster.replica import ReplicaSpec
+
+    logging.getLogger("lookahead.cluster").setLevel(args.log_level.upper())
+    try:
+        serve_forever(ReplicaSpec(model=args.model, dtype=args.dtype, config=config), cluster,
+                      host=config.host, port=config.port)
+    except LookaheadError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -212,6 +212,28 @@ def run_workloads_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_plan_command(args: argparse.Namespace) -> int:
+    from lookahead.bench import capacity
+    from lookahead.policy import load_policy
+
+    try:
+        if (args.batch_load is None) != (args.concurrency is None):
+            raise LookaheadError("give --batch-load and --concurrency together (or neither)")
+        batching = (1.0, 1.0)
+        if args.batch_load:
+            levels = capacity.load_json(args.batch_load, "batch-load")["levels"]
+            batching = capacity.batching_factors(levels, args.concurrency)
+        policy = load_policy(args.policy).to_dict() if args.policy else None
+        result = capacity.plan(capacity.load_json(args.summary, "summary"), capacity.parse_rates(args.mix),
+                               utilisation=args.utilisation, policy=policy, batching=batching,
+                               concurrency=args.concurrency)
+    except LookaheadError as exc:
+        return _error(str(exc))
+    print(capacity.render(result))
+    print(json.dumps(result.to_dict()))
+    return 0
+
+
 def register(subparsers: Any) -> None:
     """Add `bench`, `profile` and `workloads` to the main parser's subcommands."""
     b = subparsers.add_parser("bench", help="per-class benchmark and cost report",
@@ -250,6 +272,19 @@ def register(subparsers: Any) -> None:
     p.add_argument("--results", default=None, help="a bench directory: add its prefill/decode time shares")
     p.add_argument("--out", required=True, metavar="DIR")
     p.set_defaults(func=run_profile_command)
+
+    c = subparsers.add_parser("plan", help="replicas needed for a traffic mix, from measured device-seconds",
+                              description="Turn a bench summary's per-class device-seconds per request and a "
+                                          "traffic mix into the replicas needed, with and without the policy.")
+    c.add_argument("--summary", required=True, metavar="FILE_OR_DIR", help="a `lookahead bench` summary.json or its folder")
+    c.add_argument("--mix", required=True, metavar="CLASS=REQ_PER_S,...", help="arrival rate of each class")
+    c.add_argument("--utilisation", type=float, default=0.7, help="target busy fraction per replica (default 0.7)")
+    c.add_argument("--policy", default=None, metavar="FILE", help="a policy file (default: the summary's recommended)")
+    c.add_argument("--batch-load", default=None, metavar="FILE_OR_DIR",
+                   help="benchmarks/batch_load.py levels.json: scale device-seconds to batched serving")
+    c.add_argument("--concurrency", type=int, default=None, metavar="N",
+                   help="with --batch-load: requests in flight per replica (a measured level)")
+    c.set_defaults(func=run_plan_command)
 
     w = subparsers.add_parser("workloads", help="build or check benchmark workloads")
     wsub = w.add_subparsers(dest="workloads_command", required=True)

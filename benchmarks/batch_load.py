@@ -58,13 +58,14 @@ class Level:
     mean_batch: float
     rows_per_pass: float
     speculative_rows_per_pass: float
+    device_s_by_class: dict[str, float]  # mean device-seconds per request of each class (a pass split evenly)
 
 
 def pct(values: list[float], q: int) -> float:
     return values[0] if len(values) == 1 else statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
 
-def run_level(lm: lookahead.LoadedModel, requests: list[tuple[list[int], GenerationConfig]], mode: str,
+def run_level(lm: lookahead.LoadedModel, requests: list[tuple[str, list[int], GenerationConfig]], mode: str,
               concurrency: int, max_batch: int, repeat: int) -> tuple[Level, list[list[int]]]:
     strategy, batch = MODES[mode]
     scheduler = Scheduler(lm, SchedulerConfig(max_batch=batch or max_batch))
@@ -76,7 +77,7 @@ def run_level(lm: lookahead.LoadedModel, requests: list[tuple[list[int], Generat
     out: dict[int, list[int]] = {}
     index: dict[int, int] = {}
     passes = rows = speculative = requests_in_passes = 0
-    device = 0.0
+    device: dict[int, float] = {}
     t0 = time.perf_counter()
     for _ in range(min(concurrency, len(queue))):  # every client sends its first request
         i = queue.pop(0)
@@ -84,7 +85,7 @@ def run_level(lm: lookahead.LoadedModel, requests: list[tuple[list[int], Generat
     while waiting or scheduler.active:
         while waiting and scheduler.free_slots:  # 1. admit (prefill) what the batch has room for
             i, at = waiting.pop(0)
-            ids, cfg = requests[i]
+            _, ids, cfg = requests[i]
             request = Request(lm, ids, GenerationConfig(max_new_tokens=cfg.max_new_tokens, strategy=strategy,
                                                        sampling=cfg.sampling))
             index[id(request)] = i
@@ -105,18 +106,38 @@ def run_level(lm: lookahead.LoadedModel, requests: list[tuple[list[int], Generat
             if event.result is not None:
                 done[i] = now
                 out[i] = event.result.token_ids
-                device += event.result.stats.device_s
+                device[i] = event.result.stats.device_s
                 if queue:
                     waiting.append((queue.pop(0), now))
     wall = time.perf_counter() - t0
     latency = [done[i] - sent[i] for i in done]
     ttft = [first[i] - sent[i] for i in first]
     tokens = sum(len(t) for t in out.values())
+    by_class: dict[str, list[float]] = {}
+    for i, seconds in device.items():
+        by_class.setdefault(requests[i][0], []).append(seconds)
     level = Level(mode, concurrency, repeat, round(wall, 3), tokens, round(tokens / wall, 2),
                   round(pct(latency, 50), 3), round(pct(latency, 95), 3), round(pct(ttft, 50), 3),
-                  round(pct(ttft, 95), 3), round(device / len(done), 4), round(requests_in_passes / passes, 2),
-                  round(rows / passes, 2), round(speculative / passes, 2))
+                  round(pct(ttft, 95), 3), round(sum(device.values()) / len(done), 4),
+                  round(requests_in_passes / passes, 2), round(rows / passes, 2), round(speculative / passes, 2),
+                  {c: round(statistics.fmean(v), 4) for c, v in sorted(by_class.items())})
     return level, [out[i] for i in range(len(requests))]
+
+
+def print_by_class(results: list[Level], levels: list[int], modes: list[str]) -> None:
+    """Device-seconds per request by class: one row per class, one column per mode and concurrency
+    (medians over repeats)."""
+    columns = [(mode, n) for n in levels for mode in modes]
+    classes = sorted({c for r in results for c in r.device_s_by_class})
+    print("\n| class | " + " | ".join(f"{mode} N={n}" for mode, n in columns) + " |")
+    print("|---|" + "---:|" * len(columns))
+    for c in classes:
+        cells = []
+        for mode, n in columns:
+            values = [r.device_s_by_class[c] for r in results
+                      if r.mode == mode and r.concurrency == n and c in r.device_s_by_class]
+            cells.append(f"{statistics.median(values):.3f}" if values else "-")
+        print(f"| {c} | " + " | ".join(cells) + " |")
 
 
 def plot(levels: list[dict], path: Path) -> None:
@@ -178,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         ids = lm.encode(r.chat() if r.messages is not None else r.prompt)
         sampling = SamplingConfig() if r.greedy else SamplingConfig(temperature=r.temperature, top_p=r.top_p,
                                                                     top_k=r.top_k, seed=r.effective_seed)
-        requests.append((ids, GenerationConfig(max_new_tokens=min(r.max_tokens or args.max_new_tokens,
+        requests.append((r.cls, ids, GenerationConfig(max_new_tokens=min(r.max_tokens or args.max_new_tokens,
                                                                   args.max_new_tokens), sampling=sampling)))
     run_level(lm, requests[:2], "batched", 2, args.max_batch, -1)  # warm-up
     results: list[Level] = []
@@ -208,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {mode} | {n} | {med['tokens_per_s']:.1f} | {med['latency_p50_s']:.2f} | {med['latency_p95_s']:.2f} | "
                   f"{med['ttft_p50_s']:.2f} | {med['ttft_p95_s']:.2f} | {med['device_s_per_request']:.3f} | "
                   f"{med['mean_batch']:.2f} | {med['rows_per_pass']:.2f} | {med['speculative_rows_per_pass']:.2f} |")
+    print_by_class(results, levels, modes)
     if args.out:
         out = Path(args.out)
         out.write_text(json.dumps({"model": args.model, "dtype": str(lm.dtype), "requests": args.requests,

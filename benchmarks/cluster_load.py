@@ -5,9 +5,11 @@ single-process server: the same closed-loop streaming clients as benchmarks/serv
     python benchmarks/cluster_load.py --model tiny:llama --duration 3 --concurrency 2   # smoke run
 
 Modes (every server runs the lookahead policy of server_load.py, batch up to --max-batch):
-    single   `lookahead serve` (one process, all cores)
-    ray-1    `lookahead serve --ray --replicas 1` (one replica, all cores)
-    ray-2    `lookahead serve --ray --replicas 2` (two replicas, the cores split between them)
+    single     `lookahead serve` (one process; default --threads: the cores less one)
+    single-1t  the same with OMP_NUM_THREADS=1 (one torch thread)
+    ray-1      `lookahead serve --ray --replicas 1` (one replica; default threads)
+    ray-1-1t   the same with --threads-per-replica 1
+    ray-2      `lookahead serve --ray --replicas 2` (two replicas, the cores split between them)
 Modes run one after another (one local Ray instance at a time), levels within a mode in order; the
 table reports tokens/s, latency, TTFT and device-seconds per request (from /metrics: under Ray,
 every replica's metrics through Ray's export, summed).
@@ -35,20 +37,28 @@ from server_load import POLICY_ON, fmt, free_port, run_clients, scrape, summariz
 
 from lookahead.policy import dump_policy  # noqa: E402
 
-MODES = {"single": [], "ray-1": ["--ray", "--replicas", "1"], "ray-2": ["--ray", "--replicas", "2"]}
+# mode -> (extra `serve` flags, extra environment); the *-1t modes pin one torch thread per process, to
+# tell "two replicas" apart from "one thread per process" on a small machine.
+MODES: dict[str, tuple[list[str], dict[str, str]]] = {
+    "single": ([], {}),
+    "single-1t": ([], {"OMP_NUM_THREADS": "1"}),
+    "ray-1": (["--ray", "--replicas", "1"], {}),
+    "ray-1-1t": (["--ray", "--replicas", "1", "--threads-per-replica", "1"], {}),
+    "ray-2": (["--ray", "--replicas", "2"], {}),
+}
 
 
 class Process:
     """A `lookahead serve` process (with or without --ray) on a free loopback port."""
 
-    def __init__(self, args: list[str], log: Path) -> None:
+    def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._log = log.open("w")
         self.proc = subprocess.Popen([sys.executable, "-m", "lookahead.cli.main", "serve", *args,
                                       "--port", str(self.port), "--log-level", "warning"],
                                      cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT,
-                                     env={**os.environ, "PYTHONPATH": str(ROOT)})
+                                     env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
         deadline = time.monotonic() + 900
         while True:
             if self.proc.poll() is not None:
@@ -88,8 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     dump_policy(POLICY_ON, policy_file)
     results = []
     for mode in args.modes.split(","):
+        flags, env = MODES[mode]
         server = Process(["--model", args.model, "--policy", str(policy_file), "--max-batch", str(args.max_batch),
-                          "--max-queue", "64", *MODES[mode]], work / f"{mode}.log")
+                          "--max-queue", "64", *flags], work / f"{mode}.log", env)
         try:
             for n in levels:
                 time.sleep(args.export_wait)

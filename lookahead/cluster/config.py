@@ -38,8 +38,8 @@ class ClusterConfig:
         max batch: a replica is "full" when its batch is).
     max_ongoing: most requests Ray hands one replica at once (the rest wait in Ray's queue);
         None: max batch + max queue, what the replica itself would accept.
-    threads: torch threads per replica (None: the machine's cores divided among the replicas that
-        start on it).
+    threads: torch threads per replica (None: the machine's cores less one, divided among the
+        replicas that start on it, at least 1).
     class_replicas: request classes with deployments of their own; the router sends a request there
         by its class (header X-Request-Class, else metadata.request_class).
     address: an existing Ray cluster to join (ray://host:10001 or host:6379); None starts a local one.

@@ -72,7 +72,9 @@ def build_app(spec: ReplicaSpec, cluster: ClusterConfig, *, cpus: int | None = N
     and the ingress in front. `cpus`: the cores of this machine (for torch threads per replica)."""
     from ray import serve
 
-    threads = cluster.threads or spec.threads or max(1, (cpus or os.cpu_count() or 1) // cluster.total_replicas)
+    # One core stays with Ray's proxy and the ingress (spinning model threads that share it slow both:
+    # `lookahead serve --threads`).
+    threads = cluster.threads or spec.threads or max(1, ((cpus or os.cpu_count() or 1) - 1) // cluster.total_replicas)
     spec = replace(spec, threads=threads)
     config = spec.config
     options: dict[str, Any] = {
@@ -115,17 +117,18 @@ def start_ray(cluster: ClusterConfig) -> bool:
     return True
 
 
-def deploy(spec: ReplicaSpec, cluster: ClusterConfig, *, host: str, port: int) -> None:
+def deploy(spec: ReplicaSpec, cluster: ClusterConfig, *, host: str, port: int, log_level: str = "INFO") -> None:
     """Start Ray Serve's proxy on host:port and deploy the application; returns once replicas run."""
     import ray
     from ray import serve
 
     cpus = int(ray.cluster_resources().get("CPU", os.cpu_count() or 1)) if cluster.address else None
     serve.start(http_options={"host": host, "port": port})
-    serve.run(build_app(spec, cluster, cpus=cpus), name=cluster.app_name, route_prefix="/")
+    serve.run(build_app(spec, cluster, cpus=cpus), name=cluster.app_name, route_prefix="/",
+              logging_config={"log_level": log_level.upper()})
 
 
-def serve_forever(spec: ReplicaSpec, cluster: ClusterConfig, *, host: str, port: int) -> None:
+def serve_forever(spec: ReplicaSpec, cluster: ClusterConfig, *, host: str, port: int, log_level: str = "info") -> None:
     """`lookahead serve --ray`: deploy, serve until SIGTERM/SIGINT, then drain (each replica finishes its
     requests, bounded by --shutdown-timeout) and leave (a local Ray instance stops with us)."""
     import ray
@@ -135,7 +138,7 @@ def serve_forever(spec: ReplicaSpec, cluster: ClusterConfig, *, host: str, port:
     started_here = start_ray(cluster)
     try:
         try:
-            deploy(spec, cluster, host=host, port=port)
+            deploy(spec, cluster, host=host, port=port, log_level=log_level)
         except Exception as exc:  # a replica that cannot load the model, a busy port, ...
             raise ConfigError(f"the Ray Serve application did not start: {exc}") from None
         where = cluster.address or "a local Ray instance"

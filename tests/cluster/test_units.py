@@ -274,3 +274,27 @@ def test_metrics_urls_of_alive_nodes_only() -> None:
     nodes = [{"Alive": True, "NodeManagerAddress": "10.0.0.1", "MetricsExportPort": 9000},
              {"Alive": False, "NodeManagerAddress": "10.0.0.2", "MetricsExportPort": 9000}]
     assert node_metrics_urls(nodes) == ["http://10.0.0.1:9000/metrics"]
+
+
+# -- the application layout (built, not deployed: binding needs no Ray instance) ----------------------
+
+def test_build_app_lays_out_engines_ingress_threads_and_autoscaling() -> None:
+    from lookahead.cluster.launch import build_app
+    from lookahead.cluster.replica import ReplicaSpec
+    from lookahead.server import ServerConfig
+
+    spec = ReplicaSpec(model="tiny:llama", dtype="float32", config=ServerConfig(max_batch=4, max_queue=6))
+    layout = ClusterConfig(replicas=2, min_replicas=1, max_replicas=4, class_replicas=(ClassReplicas("chat", 1),))
+    ingress = build_app(spec, layout, cpus=9)._bound_deployment
+    handles, routes = ingress.init_args[0], ingress.init_args[1]
+    assert ingress.name == "Ingress" and ingress.ray_actor_options["num_cpus"] == 0
+    assert routes == {"chat": "Engine-chat"}
+    engine, chat = handles["Engine"]._bound_deployment, handles["Engine-chat"]._bound_deployment
+    # Autoscaling on requests in flight, aimed at a full batch; starting at --replicas.
+    scaling = engine._deployment_config.autoscaling_config
+    assert (scaling.min_replicas, scaling.max_replicas, scaling.initial_replicas) == (1, 4, 2)
+    assert scaling.target_ongoing_requests == 4
+    assert chat.num_replicas == 1 and chat._deployment_config.autoscaling_config is None
+    # Ray hands a replica what it would accept itself (batch + queue); threads: (9 cores - 1) // 3 replicas.
+    assert engine.max_ongoing_requests == 10
+    assert engine.init_args[0].threads == 2 and engine.ray_actor_options["num_cpus"] == 2

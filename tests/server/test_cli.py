@@ -245,3 +245,13 @@ def test_sigterm_cancels_in_flight_work_after_the_bound(servers: dict[str, Any])
     thread.join(30)
     assert json.loads(lines[-1].removeprefix("data: "))["error"]["code"] == "shutting_down"
     assert "data: [DONE]" not in lines
+
+
+def test_serve_leaves_a_core_to_the_http_side_unless_told() -> None:
+    from lookahead.errors import LookaheadError
+    from lookahead.server.cli import model_threads
+
+    assert [model_threads(None, cores) for cores in (1, 2, 16)] == [1, 1, 15]
+    assert model_threads(3, 2) == 3  # as asked, even past the cores
+    with pytest.raises(LookaheadError, match="--threads must be an integer >= 1"):
+        model_threads(0, 2)

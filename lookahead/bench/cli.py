@@ -145,6 +145,7 @@ def run_profile_command(args: argparse.Namespace) -> int:
     from lookahead.bench.results import read_rows
     from lookahead.engine.numerics import width_probe
     from lookahead.generation import engine_cost_curve
+    from lookahead.scheduler.batch_costs import default_max_batch
 
     try:
         contexts = parse_ints(args.context, "--context")
@@ -159,6 +160,12 @@ def run_profile_command(args: argparse.Namespace) -> int:
         doc["numerics"] = width_probe(loaded.model).to_dict()
         # The curve the engine's allocator reads (engine/costs.py): re-timed now and cached for it.
         doc["cost_curve"] = engine_cost_curve(loaded, remeasure=True).to_json()
+        # The server's default --max-batch (scheduler/batch_costs.py): re-timed now and cached for it.
+        max_batch, batch_seconds = default_max_batch(loaded, remeasure=True)
+        doc["batch_costs"] = {"seconds": batch_seconds, "max_batch": max_batch}
+        print(f"max batch: {max_batch} (passes of B one-row requests: "
+              + ", ".join(f"B={b} {1000 * t:.1f} ms" for b, t in (batch_seconds or {}).items()) + ")",
+              file=sys.stderr)
         if args.results:
             p = Path(args.results)
             p = p / "results.jsonl" if p.is_dir() else p

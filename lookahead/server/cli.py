@@ -14,6 +14,7 @@ import socket
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 from pathlib import Path
@@ -24,6 +25,7 @@ from lookahead.server.config import CLIENT_OVERRIDES, ServerConfig
 from lookahead.server.startup import TINY_PREFIX, load_api_keys, load_model, load_policy_drafts
 
 API_KEY_ENV = "LOOKAHEAD_API_KEY"
+DEFAULT_MAX_BATCH = 8  # until the model is loaded and its batch costs are known (and under --ray)
 __all__ = ["TINY_PREFIX", "add_arguments", "config_from_args", "load_model", "register", "serve_command"]
 
 
@@ -77,8 +79,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--max-queue", type=int, default=16, metavar="N", help="requests that may wait for the model (default 16)"
     )
     p.add_argument(
-        "--max-batch", type=int, default=8, metavar="N",
-        help="requests decoded together in one forward pass (default 8; 1: one at a time)",
+        "--max-batch", type=int, default=None, metavar="N",
+        help="requests decoded together in one forward pass (1: one at a time; default: where batching stops "
+        "paying on this device, timed once per model and cached (lookahead profile re-times it); 8 under --ray)",
     )
     p.add_argument(
         "--max-rows", type=int, default=None, metavar="N",
@@ -187,6 +190,10 @@ def serve_command(args: argparse.Namespace) -> int:
 
             torch.set_num_threads(threads)
             loaded = load_model(args.model, args.dtype)
+            if args.max_batch is None:  # where batching stops paying on this device (scheduler/batch_costs.py)
+                from lookahead.scheduler.batch_costs import default_max_batch
+
+                config = replace(config, max_batch=default_max_batch(loaded)[0])
             drafts = load_policy_drafts(config.policy, loaded)
         except (LookaheadError, ValueError) as exc:
             print(f"error: {exc}", file=sys.stderr)
@@ -273,7 +280,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         max_connections=args.max_connections,
         **policy_args,
         max_queue=args.max_queue,
-        max_batch=args.max_batch,
+        max_batch=DEFAULT_MAX_BATCH if args.max_batch is None else args.max_batch,
         max_rows=args.max_rows,
         max_kv_tokens=args.max_kv_tokens,
         request_timeout_s=args.request_timeout,
@@ -341,7 +348,8 @@ def run(
     uv_config = uvicorn_config(app, config, log_level=log_level)
     logging.getLogger("lookahead.server").setLevel(log_level.upper())
     host, port = sock.getsockname()[:2]
-    print(f"lookahead: serving {loaded.name} on http://{host}:{port} (policy: {config.policy_source})", flush=True)
+    print(f"lookahead: serving {loaded.name} on http://{host}:{port} (policy: {config.policy_source}; "
+          f"max batch {config.max_batch})", flush=True)
     _graceful_server(uv_config, app.state.worker.cancel_all, config.shutdown_timeout_s).run(sockets=[sock])
 
 

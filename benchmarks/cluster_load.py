@@ -1,10 +1,10 @@
 """Throughput of `lookahead serve --ray` with 1 and 2 replicas on this machine, beside the
-single-process server: the same closed-loop streaming clients as benchmarks/server_load.py.
+single-process server: the same closed-loop streaming clients as benchmarks/server_load.py (benchmarks/loadgen.py).
 
     python benchmarks/cluster_load.py                           # SmolLM2, N = 1,4,8, 30 s each
     python benchmarks/cluster_load.py --model tiny:llama --duration 3 --concurrency 2   # smoke run
 
-Modes (every server runs the lookahead policy of server_load.py, batch up to --max-batch):
+Modes (every server runs the lookahead policy of loadgen.py, batch up to --max-batch):
     single     `lookahead serve` (one process; default --threads: the cores less one)
     single-1t  the same with OMP_NUM_THREADS=1 (one torch thread)
     ray-1      `lookahead serve --ray --replicas 1` (one replica; default threads)
@@ -27,13 +27,12 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from server_load import POLICY_ON, fmt, free_port, run_clients, scrape, summarize, with_metrics  # noqa: E402
+from loadgen import POLICY_ON, fmt, free_port, run_clients, scrape, summarize, wait_healthy, with_metrics  # noqa: E402
 
 from lookahead.policy import dump_policy  # noqa: E402
 
@@ -59,19 +58,7 @@ class Process:
                                       "--port", str(self.port), "--log-level", "warning"],
                                      cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT,
                                      env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
-        deadline = time.monotonic() + 900
-        while True:
-            if self.proc.poll() is not None:
-                raise SystemExit(f"error: the server exited with {self.proc.returncode}; see {log}")
-            try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise SystemExit(f"error: the server did not start within 900 s; see {log}")
-            time.sleep(0.5)
-        self.model = httpx.get(self.url + "/v1/models", timeout=30).json()["data"][0]["id"]
+        self.model = wait_healthy(self.proc, self.url, log, 900)
 
     def stop(self) -> int:
         self.proc.send_signal(signal.SIGTERM)

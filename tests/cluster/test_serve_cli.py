@@ -62,6 +62,9 @@ def test_serve_ray_starts_serves_and_drains_on_sigterm() -> None:
         (["--ray", "--replicas", "0"], "replicas must be an integer >= 1"),
         (["--ray", "--min-replicas", "2", "--max-replicas", "3", "--replicas", "1"], "must lie within"),
         (["--ray", "--ngram-cache-file", "/tmp/x.json"], "each replica keeps its own caches"),
+        (["--ray", "--threads", "2"], "under --ray give --threads-per-replica"),
+        (["--threads-per-replica", "1"], "--threads-per-replica only applies with --ray"),
+        (["--ray", "--threads-per-replica", "0"], "threads must be an integer >= 1"),
     ],
 )
 def test_bad_ray_flags_exit_2_with_one_line(args: list[str], message: str) -> None:

@@ -46,6 +46,7 @@ def stream_events(
     adaptive: bool = True,
     exact: bool = True,
     calibrator: Calibrator | None = None,
+    key_views: bool = True,
 ) -> Iterator[StepEvent]:
     """`draft`: a draft model for strategy "speculative" (else `speculative.draft` is resolved);
     `ngram_cache`: cross-request n-grams, offered to "lookahead"/"prompt_lookup" and updated with the
@@ -54,7 +55,9 @@ def stream_events(
     autoregressive decoding at any precision; False runs unpadded (the fastest plain path, identical
     to the others only up to float rounding). `calibrator`: acceptance estimates shared by the requests of
     a class (engine/calibration.py; None: this request learns its own); `adaptive`: size each step with
-    the allocator (engine/allocator.py; False: verify every draft as proposed)."""
+    the allocator (engine/allocator.py; False: verify every draft as proposed); `key_views`: exact
+    steps may verify tree branches over key views where the probe found them exact (engine/
+    attention.py; False: only each tree's first chain, the behaviour before key views)."""
     cfg = GenerationConfig(
         max_new_tokens=max_new_tokens,
         strategy=strategy,
@@ -68,7 +71,8 @@ def stream_events(
     )
     # 1. Encode and validate; a scheduler of one (the batch-of-one case of continuous batching).
     prompt_ids = loaded.encode(prompt, raw=raw)
-    scheduler = Scheduler(loaded, SchedulerConfig(max_batch=1, exact=cfg.exact, widest=cfg.widest_step))
+    scheduler = Scheduler(loaded, SchedulerConfig(max_batch=1, exact=cfg.exact, widest=cfg.widest_step,
+                                                  key_views=key_views))
     request = Request(loaded, prompt_ids, cfg, draft=draft, ngram_cache=ngram_cache, calibrator=calibrator)
 
     # 2. Prefill: cache all prompt tokens but the last, which is the first step's root.

@@ -69,11 +69,20 @@ def test_bf16_lookahead_is_bit_identical(name: str, prompt: str, max_new: int) -
     assert greedy_la.stats.guesses_verified > 0
 
 
-def test_bf16_speculation_was_accepted_across_the_prompts() -> None:
+def test_bf16_speculation_was_accepted_across_the_prompts(monkeypatch: pytest.MonkeyPatch) -> None:
+    # ... and, where the probe found key views exact (engine/attention.py), whole trees were verified:
+    # steps recomputed branches off their first chains over key views, and the tokens above still matched
+    from lookahead.engine import attention
+    from lookahead.engine.numerics import width_probe
+
     lm = smollm2_bf16()
+    views = []
+    redo = attention._redo_in_views
+    monkeypatch.setattr(attention, "_redo_in_views", lambda *a: (views.append(1), redo(*a)))
     accepted = sum(lookahead.generate(lm, lm.encode(p), max_new_tokens=48, adaptive=False).stats.guesses_accepted
                    for p in BENCH_PROMPTS.values())
     assert accepted > 20
+    assert bool(views) == width_probe(lm.model).tree_exact
 
 
 def test_bf16_batched_requests_equal_their_lone_runs() -> None:

@@ -160,5 +160,6 @@ def table(doc: dict[str, Any]) -> str:
         differ = [w for w, d in num["diffs"].items() if d]
         lines.append(f"dtype {doc.get('dtype', num['dtype'])}; width floor: {floor}; probed widths 1..{num['max_width']}, "
                      f"differing: {', '.join(differ) or 'none'}; exact attention: {num['exact_attention']}; "
-                     f"other tree branches exact (gap-invariant): {num['gap_invariant']}")
+                     f"tree branches exact over key views: {num.get('tree_exact', False)} "
+                     f"(without views, gap-invariant: {num['gap_invariant']})")
     return "\n".join(lines)

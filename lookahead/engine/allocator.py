@@ -15,8 +15,12 @@ allocation is the best of those prefixes for k = 0 .. max. Rows below a width fl
 (c is flat there), so they are always filled while any node has p > 0. An empty allocation (k = 0,
 no aux) is a plain one-token step: that is the "do not speculate" decision.
 
-With `chain_only` (exact steps on a device whose rows are not invariant to masked gaps), only one
-root-to-leaf path may be verified; the allocator then picks the best prefix of the best path.
+With `chain_only` (exact steps on a device whose rows are not invariant to masked gaps, and no key
+views), only one root-to-leaf path may be verified; the allocator then picks the best prefix of the
+best path. Where exact steps verify branches over key views (engine/attention.py), a pass in which any
+request verifies more than one branch costs `views_cost(width)` instead of `cost(width)` (the views'
+extra attention work, measured with the curve): the allocator weighs the best single chains at the
+plain cost against the best subtrees at the views cost, per width.
 
 This is a pure function: the generation loop calls it before each step, and a batched scheduler can call
 it with one cost curve for many requests' trees.
@@ -40,6 +44,7 @@ class Allocation:
     width: int
     expected: float
     cost: float
+    branches: bool = False  # the nodes are not one chain (exact steps verify them over key views)
 
     @property
     def rate(self) -> float:
@@ -64,60 +69,76 @@ class Candidates:
 
 
 def allocate(tree: CandidateTree, probs: Sequence[float], cost: Callable[[int], float], *, aux_rows: int = 0,
-             aux_value: float = 0.0, chain_only: bool = False, max_width: int = 64) -> Allocation:
+             aux_value: float = 0.0, chain_only: bool = False, max_width: int = 64,
+             views_cost: Callable[[int], float] | None = None) -> Allocation:
     """The allocation of `tree` (node path probabilities `probs`) with the most expected tokens per unit
     cost. `aux_rows`/`aux_value`: an auxiliary branch's rows and the tokens it is expected to earn
     (0 rows: none); `max_width`: most query rows a step may have. The batch-of-one `allocate_batch`."""
     if len(probs) != len(tree):
         raise ValueError(f"{len(probs)} probabilities for a tree of {len(tree)} nodes")
     return allocate_batch([Candidates(tree, probs, aux_rows, aux_value, chain_only, max_width=max_width)], cost,
-                          max_width=max_width)[0]
+                          max_width=max_width, views_cost=views_cost)[0]
 
 
 def allocate_batch(requests: Sequence[Candidates], cost: Callable[[int], float], *, max_width: int = 64,
-                   max_rows: int | None = None) -> list[Allocation]:
+                   max_rows: int | None = None, views_cost: Callable[[int], float] | None = None) -> list[Allocation]:
     """One step's rows across the requests of a batch. The pass is rectangular: every request runs at
     the same width w (its unused rows are padding), so the step costs c(B * w) and yields the sum of
     each request's best allocation within w rows. The allocator picks the w with the most expected
     tokens per unit cost, w >= every fixed request's width and B * w <= `max_rows` (None: no cap); every
-    request gets its root row whatever the cap. At B = 1 this is the single request's best allocation."""
+    request gets its root row whatever the cap. At B = 1 this is the single request's best allocation.
+    `views_cost`: the cost of a pass in which some request verifies branches (None: `cost`)."""
     b = len(requests)
     if not b:
         return []
     least = max([1] + [r.fixed for r in requests if r.fixed is not None])
     most = max(least, min(max_width, (max_rows // b) if max_rows else max_width))
-    best_per_width = [_best_within(r, most) for r in requests]  # [B][w] -> Allocation
-    best_w, best_rate = least, -1.0
+    chains = [_best_within(r, most, branches=False) for r in requests]  # [B][w] -> Allocation (one path)
+    trees = [_best_within(r, most, branches=True) for r in requests]  # [B][w] -> Allocation (any subtree)
+    best_w, best_rate, best_kind = least, -1.0, chains
     for w in range(least, most + 1):
-        rate = sum(options[w].expected for options in best_per_width) / cost(b * w)
-        if rate > best_rate + 1e-12:
-            best_w, best_rate = w, rate
-    shared = cost(b * best_w)
-    return [replace(options[best_w], cost=shared) for options in best_per_width]
+        for kind in (chains, trees):
+            options = [per_width[w] for per_width in kind]
+            branched = views_cost is not None and any(o.branches for o in options)
+            rate = sum(o.expected for o in options) / (views_cost if branched else cost)(b * w)  # type: ignore[operator]
+            if rate > best_rate + 1e-12:
+                best_w, best_rate, best_kind = w, rate, kind
+    options = [per_width[best_w] for per_width in best_kind]
+    shared = (views_cost if views_cost is not None and any(o.branches for o in options) else cost)(b * best_w)
+    return [replace(o, cost=shared) for o in options]
 
 
-def _best_within(request: Candidates, most: int) -> list[Allocation]:
+def _best_within(request: Candidates, most: int, branches: bool) -> list[Allocation]:
     """For each width w = 0 .. most: the allocation of `request` with the most expected tokens using at
-    most w rows (index 0 unused). A fixed request has one allocation: everything, at its own width."""
+    most w rows (index 0 unused), over one root-to-leaf path, or (`branches`, unless the request is
+    chain_only) over any subtree. A fixed request has one allocation: everything, at its own width."""
     tree, probs = request.tree, request.probs
     cap = max(1, min(most, request.max_width))
     if request.fixed is not None:
         whole = Allocation(tuple(range(len(tree))), request.aux_rows > 0, request.fixed,
-                           1.0 + sum(probs) + request.aux_value, 1.0)
+                           1.0 + sum(probs) + request.aux_value, 1.0, _branched(tree, range(len(tree))))
         return [whole] * (most + 1)
     best: list[Allocation | None] = [None] * (cap + 1)
     choices = [False, True] if request.aux_rows > 0 and 1 + request.aux_rows <= cap else [False]
+    orders = _paths(tree)
+    if branches and not request.chain_only:  # the k likeliest nodes: the best k-node subtree, for every k
+        orders.insert(0, sorted(range(len(tree)), key=lambda i: (-probs[i], tree.depths[i], i)))
     for aux in choices:
         fixed = 1 + (request.aux_rows if aux else 0)  # the root and the aux rows
         gained = 1.0 + (request.aux_value if aux else 0.0)
-        for order in _orders(tree, probs, request.chain_only):
+        for order in orders:
             total = gained
+            per_depth: dict[int, int] = {}  # nodes chosen per depth: a chain has at most one at each
+            branched = False
             for k in range(0, min(len(order), cap - fixed) + 1):
                 if k:
-                    total += probs[order[k - 1]]
+                    node = order[k - 1]
+                    total += probs[node]
+                    per_depth[tree.depths[node]] = per_depth.get(tree.depths[node], 0) + 1
+                    branched = branched or per_depth[tree.depths[node]] > 1
                 w = fixed + k
                 if best[w] is None or total > best[w].expected + 1e-12:  # type: ignore[union-attr]
-                    best[w] = Allocation(tuple(order[:k]), aux, w, total, 1.0)
+                    best[w] = Allocation(tuple(order[:k]), aux, w, total, 1.0, branched)
     out: list[Allocation] = []
     for w in range(cap + 1):  # within w rows: the best of every narrower width too
         here = best[w]
@@ -127,12 +148,32 @@ def _best_within(request: Candidates, most: int) -> list[Allocation]:
     return out + [out[-1]] * (most - cap)  # wider than its own cap: the same allocation, padded
 
 
-def _orders(tree: CandidateTree, probs: Sequence[float], chain_only: bool) -> list[list[int]]:
-    """Node orders whose every prefix is a verifiable subtree, best prefixes first: one order over the
-    whole tree by probability, or (chain_only) one per root-to-leaf path."""
+def _branched(tree: CandidateTree, nodes: Sequence[int]) -> bool:
+    depths = [tree.depths[n] for n in nodes]
+    return len(set(depths)) < len(depths)
+
+
+def chain_first(tree: CandidateTree, nodes: Sequence[int]) -> list[int]:
+    """`nodes` (a subtree, parents first) reordered so that the likeliest path comes first (from the
+    root, always the child with the highest path probability), then the rest in their order: the
+    subtree's first chain (CandidateTree.first_chain) is then its best path, the rows an exact step
+    computes without key views."""
+    chosen = set(nodes)
+    path: list[int] = []
+    parent = -1
+    while True:
+        children = [n for n in nodes if tree.parents[n] == parent]
+        if not children:
+            break
+        parent = max(children, key=lambda n: (tree.probs[n], -n))
+        path.append(parent)
+    on_path = set(path)
+    return path + [n for n in nodes if n not in on_path and n in chosen]
+
+
+def _paths(tree: CandidateTree) -> list[list[int]]:
+    """One node order per root-to-leaf path (each prefix of a path is a chain)."""
     n = len(tree)
-    if not chain_only:
-        return [sorted(range(n), key=lambda i: (-probs[i], tree.depths[i], i))]
     leaves = set(range(n)) - set(tree.parents)
     paths = []
     for leaf in sorted(leaves):

@@ -11,19 +11,86 @@ position s (s + 8 keys) and a lookahead step whose chain reaches s (p + 10 keys)
 matmuls and a float32 softmax, with the key count padded to a multiple of 64 by the cache
 (engine/kvcache.py), a row's result depends only on its own visible keys: bit-identical across widths
 and contexts (tests/engine/test_numerics.py; engine/numerics.py probes it per model).
+
+Branches of a candidate tree (`KeyView`): a row off the tree's first chain sees its ancestors with other
+branches' keys between them, masked. Masked keys weigh exactly 0, but they move the visible ones to
+other indices, so the float reductions (the softmax's sum, the matmuls' accumulation) combine them in
+another order, and at reduced precision the row comes out different. So the rows of such a branch are
+computed again over a view of their keys gathered into position order (cached prefix, root, the
+branch's nodes): the same keys at the same indices as when the branch's tokens are decoded one at a
+time, hence the same result, bit for bit.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 NAME = "lookahead_exact"
+KEY_ALIGN = 64  # exact passes see their keys padded to a multiple of this (engine/kvcache.py)
+
+
+@dataclass(frozen=True)
+class KeyView:
+    """Rows of sequence `batch` to compute over their keys gathered into position order: rows [R] query
+    rows, keys [L] indices of the sequence's keys in position order. Each row sees what its mask row
+    shows among `keys` (its own prefix of them, for a tree branch)."""
+
+    batch: int
+    rows: torch.Tensor
+    keys: torch.Tensor
+
+
+class _ViewPlan:
+    """The views of one pass as index tensors, built once and used by every layer: V views, each padded
+    to m rows (its last row repeated; dropped) and L keys (a multiple of KEY_ALIGN; masked). A
+    sequence's views are adjacent (`groups`: sequence, its views)."""
+
+    def __init__(self, views: Sequence[KeyView]) -> None:
+        n = len(views)
+        self.m = max(int(v.rows.numel()) for v in views)
+        self.width = -(-max(int(v.keys.numel()) for v in views) // KEY_ALIGN) * KEY_ALIGN
+        self.rows = torch.stack([torch.cat([v.rows, v.rows[-1:].expand(self.m - v.rows.numel())])
+                                 for v in views])  # [V, m]
+        self.keys = torch.zeros(n, self.width, dtype=torch.long)  # [V, L]
+        bias = torch.full((n, self.width), float("-inf"))  # [V, L]: 0 on the view's keys, -inf on padding
+        for i, v in enumerate(views):
+            self.keys[i, : v.keys.numel()] = v.keys
+            bias[i, : v.keys.numel()] = 0.0
+        self.bias = bias[None, :, None, None, :]  # [1, V, 1, 1, L]
+        self.groups: list[tuple[int, slice]] = []
+        for i, v in enumerate(views):
+            if self.groups and self.groups[-1][0] == v.batch:
+                self.groups[-1] = (v.batch, slice(self.groups[-1][1].start, i + 1))
+            elif any(b == v.batch for b, _ in self.groups):
+                raise ValueError("a sequence's key views must be adjacent")
+            else:
+                self.groups.append((v.batch, slice(i, i + 1)))
+        padded = any(v.rows.numel() < self.m for v in views)
+        self.real = torch.tensor([i * self.m + j for i, v in enumerate(views) for j in range(v.rows.numel())]) \
+            if padded else None  # [N] rows of the V*m that are not padding (None: all)
+        self.out_batch = torch.tensor([v.batch for v in views for _ in range(v.rows.numel())])  # [N]
+        self.out_rows = torch.cat([v.rows for v in views])  # [N]
+        self._index: dict[tuple[int, int, int], list[torch.Tensor]] = {}
+
+    def score_index(self, groups: int, q: int, k: int) -> list[torch.Tensor]:
+        """Per group of views: indices into one sequence's scores [Hkv, G*Q*K] (contiguous), laid out
+        [n_b, m, G, L]: each view row's scores for every query head of the group, in the view's key order."""
+        shape = (groups, q, k)
+        if shape not in self._index:
+            g = torch.arange(groups)[None, None, :, None]
+            at = (g * q + self.rows[:, :, None, None]) * k + self.keys[:, None, None, :]  # [V, m, G, L]
+            self._index[shape] = [at[views].flatten()[None] for _, views in self.groups]  # [1, n_b*m*G*L]
+        return self._index[shape]
+
+
 _active: contextvars.ContextVar[bool] = contextvars.ContextVar("lookahead_exact_attention", default=False)
+_plan: contextvars.ContextVar[_ViewPlan | None] = contextvars.ContextVar("lookahead_key_views", default=None)
 _registered = False
 
 
@@ -40,25 +107,50 @@ def exact_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: 
     b, h, q, d = query.shape
     kv_heads, k = key.shape[1], key.shape[2]
     groups = h // kv_heads  # grouped-query attention: query heads kv*groups .. kv*groups+groups-1 share kv head kv
-    query = query.reshape(b, kv_heads, groups * q, d)  # [B, Hkv, G*Q, D]: no copy of the keys
     scale = scaling if scaling is not None else d ** -0.5
     acc = torch.promote_types(query.dtype, torch.float32)  # softmax in float32 at least (float64 stays)
-    scores = torch.matmul(query, key.transpose(-1, -2)).to(acc) * scale  # [B, Hkv, G*Q, K]
+    grouped = query.reshape(b, kv_heads, groups * q, d)  # [B, Hkv, G*Q, D]: no copy of the keys
+    scores = torch.matmul(grouped, key.transpose(-1, -2)).to(acc) * scale  # [B, Hkv, G*Q, K]
+    scores = scores.view(b, kv_heads, groups, q, k)
     if attention_mask is not None:
-        mask = attention_mask[..., :k].to(acc)  # [B, 1, Q, K]
-        scores = (scores.view(b, kv_heads, groups, q, k) + mask[:, :, None]).view(b, kv_heads, groups * q, k)
-    probs = torch.softmax(scores, dim=-1).to(value.dtype)
+        scores = scores + attention_mask[..., :k].to(acc)[:, :, None]  # mask [B, 1, Q, K] -> [B, 1, 1, Q, K]
+    probs = torch.softmax(scores, dim=-1).to(value.dtype).view(b, kv_heads, groups * q, k)
     out = torch.matmul(probs, value).view(b, h, q, d)  # [B, H, Q, D]
+    plan = _plan.get()
+    if plan is not None:
+        _redo_in_views(out, scores, value, plan)
     return out.transpose(1, 2).contiguous(), None
 
 
+def _redo_in_views(out: torch.Tensor, scores: torch.Tensor, value: torch.Tensor, plan: _ViewPlan) -> None:
+    """Overwrite out [B, H, Q, D] at the views' rows: their masked scores [B, Hkv, G, Q, K] (a score is
+    one dot product, the same in any layout) are gathered into each view's key order, where the softmax
+    and the weighted sum of the gathered values run exactly as for gap-free rows."""
+    b, kv_heads, groups, q, k = scores.shape
+    n, m, width, d = plan.rows.shape[0], plan.m, plan.width, value.shape[-1]
+    picked, values = [], []
+    for (seq, views), at in zip(plan.groups, plan.score_index(groups, q, k)):
+        picked.append(scores[seq].view(kv_heads, -1).gather(1, at.expand(kv_heads, -1)))  # [Hkv, n_b*m*G*L]
+        values.append(value[seq].index_select(1, plan.keys[views].flatten()))  # [Hkv, n_b*L, D]
+    s = (picked[0] if len(picked) == 1 else torch.cat(picked, dim=1)).view(kv_heads, n, m, groups, width)
+    probs = torch.softmax(s + plan.bias.transpose(2, 3), dim=-1).to(value.dtype)  # [Hkv, V, m, G, L]
+    v = (values[0] if len(values) == 1 else torch.cat(values, dim=1)).view(kv_heads, n, width, d)  # [Hkv, V, L, D]
+    redone = torch.matmul(probs.view(kv_heads, n, m * groups, width), v)  # [Hkv, V, m*G, D]
+    redone = redone.view(kv_heads, n, m, groups, d).permute(1, 2, 0, 3, 4).reshape(n * m, kv_heads, groups, d)
+    if plan.real is not None:
+        redone = redone.index_select(0, plan.real)  # [N, Hkv, G, D]
+    out.view(b, kv_heads, groups, q, d)[plan.out_batch, :, :, plan.out_rows] = redone
+
+
 @contextlib.contextmanager
-def exact_passes() -> Iterator[None]:
-    """Within this block, models that `install` selected compute attention with `exact_attention`."""
-    token = _active.set(True)
+def exact_passes(views: Sequence[KeyView] = ()) -> Iterator[None]:
+    """Within this block, models that `install` selected compute attention with `exact_attention`, and
+    the rows of `views` over their gathered keys."""
+    token, plan_token = _active.set(True), _plan.set(_ViewPlan(views) if views else None)
     try:
         yield
     finally:
+        _plan.reset(plan_token)
         _active.reset(token)
 
 

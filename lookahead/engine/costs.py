@@ -8,6 +8,11 @@ timings (`observe`), since the context length, the thread count and the load on 
 
 Widths are query rows after padding: a pass padded to a width floor costs what the floor costs, so
 rows below the floor are free (the allocator fills them).
+
+Key views (engine/attention.py): an exact pass that verifies tree branches recomputes their attention
+over gathered keys in every layer. That work hardly depends on the width and is mostly fixed per pass
+(small operations, one per layer each), so the curve carries it as one surcharge, `views`, in units of
+a one-row pass: `with_views(k)` = c(k) + views, refined from the engine's timings like the rest.
 """
 
 from __future__ import annotations
@@ -23,12 +28,17 @@ from typing import Any
 import torch
 
 from lookahead.cachefile import read_json, update_json
+from lookahead.engine.draft import CandidateTree
 from lookahead.engine.kvcache import KVCache
+from lookahead.engine.model_runner import Rows
 from lookahead.engine.numerics import KEY_ALIGN
+from lookahead.engine.query import build_query
 
-CURVE_VERSION = 1
+CURVE_VERSION = 2
 DEFAULT_WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 MEASURE_CONTEXT = 256  # cached tokens under the timed passes
+VIEWS_WIDTH = 9  # rows of the timed pass with key views (root + 8 tree nodes)
+VIEWS_ROUNDS = 4  # the views surcharge is timed over at least 3x this many rounds
 
 
 class CostCurve:
@@ -36,7 +46,7 @@ class CostCurve:
     linear beyond the widest. `floor`: passes are padded to it, so c(k) = c(floor) for k < floor."""
 
     def __init__(self, relative: Mapping[int, float], floor: int | None = None, decay: float = 0.9,
-                 learns: bool = True) -> None:
+                 learns: bool = True, views: float = 0.0) -> None:
         if not relative or 1 not in relative or any(k < 1 or v <= 0 for k, v in relative.items()):
             raise ValueError(f"a cost curve needs positive costs at widths >= 1 including 1, got {dict(relative)}")
         self.widths = sorted(relative)
@@ -44,16 +54,24 @@ class CostCurve:
         self.floor = floor
         self.decay = decay
         self.learns = learns  # False: `observe` changes nothing (a fixed curve keeps allocations reproducible)
+        if views < 0:
+            raise ValueError(f"the key views' surcharge must be >= 0, got {views}")
+        self.views = views  # extra cost of a pass with key views, in one-row passes
         self._scale: float | None = None  # EMA of seconds per unit of relative cost (t(1) in seconds)
-        self._fixes: dict[int, float] = {}  # width -> EMA of observed / predicted
+        self._fixes: dict[tuple[int, bool], float] = {}  # (width, key views) -> EMA of observed / predicted
 
     def __call__(self, width: int) -> float:
         """Relative cost of a pass of `width` rows (only ratios between widths matter): the cost of the
         cheapest width it can be padded to (see `pad_to`)."""
         return self._cost(self.pad_to(width))
 
+    def with_views(self, width: int) -> float:
+        """Relative cost of a pass of `width` rows in which tree branches are verified over key views."""
+        k = self.pad_to(width)
+        return (self._base(k) + self.views) * self._fixes.get((k, True), 1.0)
+
     def _cost(self, k: int) -> float:
-        return self._base(k) * self._fixes.get(k, 1.0)
+        return self._base(k) * self._fixes.get((k, False), 1.0)
 
     def pad_to(self, width: int) -> int:
         """The width to run `width` rows at: itself, or a wider measured width that costs less. Some
@@ -81,17 +99,18 @@ class CostCurve:
         frac = (k - ws[lo]) / (ws[hi] - ws[lo])
         return cs[lo] + frac * (cs[hi] - cs[lo])
 
-    def observe(self, width: int, seconds: float) -> None:
-        """Refine from one step's forward time at `width` rows (before padding). The scale (seconds per
-        unit of the measured curve) follows every step; each width's correction follows its own steps,
-        so the ratios between the widths the engine actually runs come from the engine's own timings."""
+    def observe(self, width: int, seconds: float, views: bool = False) -> None:
+        """Refine from one step's forward time at `width` rows (before padding; `views`: the pass had key
+        views). The scale (seconds per unit of the measured curve) follows every step; each width's
+        correction, with and without views, follows its own steps, so the ratios between the passes the
+        engine actually runs come from the engine's own timings."""
         if not self.learns:
             return
         k = max(width, self.floor or 1, 1)  # the width that ran (after padding)
-        base, d = self._base(k), self.decay
+        base, d = self._base(k) + (self.views if views else 0.0), self.decay
         unit = seconds / base
         self._scale = unit if self._scale is None else d * self._scale + (1 - d) * unit
-        self._fixes[k] = d * self._fixes.get(k, 1.0) + (1 - d) * unit / self._scale
+        self._fixes[(k, views)] = d * self._fixes.get((k, views), 1.0) + (1 - d) * unit / self._scale
 
     @property
     def seconds_per_unit(self) -> float | None:
@@ -99,7 +118,13 @@ class CostCurve:
         return self._scale
 
     def to_json(self) -> dict[str, float]:
-        return {str(k): round(c, 4) for k, c in zip(self.widths, self.costs)}
+        out = {str(k): round(c, 4) for k, c in zip(self.widths, self.costs)}
+        return {**out, "views": round(self.views, 4)} if self.views else out
+
+    @classmethod
+    def from_json(cls, stored: Mapping[str, float], floor: int | None = None) -> CostCurve:
+        return cls({int(k): float(v) for k, v in stored.items() if k != "views"}, floor,
+                   views=float(stored.get("views", 0.0)))
 
     @classmethod
     def flat(cls, floor: int | None = None) -> CostCurve:
@@ -109,28 +134,55 @@ class CostCurve:
 
 
 def measure(model: Any, runner: Any, widths: Sequence[int] = DEFAULT_WIDTHS, repeats: int = 3,
-            context: int = MEASURE_CONTEXT) -> dict[int, float]:
+            context: int = MEASURE_CONTEXT) -> dict[int | str, float]:
     """Median seconds of one pass of k rows over `context` cached tokens, per k, through the engine's own
-    model runner (so padding, exact attention and the LM head rows are what decoding pays)."""
+    model runner (so padding, exact attention and the LM head rows are what decoding pays). Where the
+    runner verifies branches over key views, also "views": the median over rounds of what a pass of
+    VIEWS_WIDTH rows whose tree has two branches besides its first chain costs more than a chain of
+    that width timed next to it (a paired difference: the surcharge is small beside the pass)."""
     vocab = model.get_output_embeddings().weight.shape[0]
     gen = torch.Generator().manual_seed(0)
     cache = KVCache(KEY_ALIGN if runner.floor else 1)
     runner.prefill(cache, torch.randint(0, vocab, (context,), generator=gen).tolist())
-    times: dict[int, list[float]] = {k: [] for k in widths}
-    for rep in range(repeats + 1):  # the first round warms up and is dropped
-        for k in widths:
-            tokens = torch.randint(0, vocab, (k,), generator=gen)
-            positions = torch.arange(context, context + k)
-            local = torch.ones(k, k, dtype=torch.bool).tril_()
+    passes: dict[int | str, Rows] = {}
+    for k in widths:
+        passes[k] = Rows(torch.randint(0, vocab, (k,), generator=gen), torch.arange(context, context + k),
+                         torch.ones(k, k, dtype=torch.bool).tril_(), torch.arange(k))
+    if getattr(runner, "views", False):
+        tree = CandidateTree()
+        for branch in ([1, 2, 3, 4, 5], [6, 7], [8]):  # the first chain, then two branches off the root
+            tree.add(branch)
+        q = build_query(0, context, tree, None, views=True)
+        passes["views"] = Rows(q.tokens, q.positions, q.local, q.keep, q.views)
+        chain = build_query(0, context, tree.first_chain(), None)
+        chain_tokens = torch.cat([chain.tokens, q.tokens[chain.width:]])  # the same tokens, one causal chain
+        passes["chain"] = Rows(chain_tokens, torch.arange(context, context + VIEWS_WIDTH),
+                               torch.ones(VIEWS_WIDTH, VIEWS_WIDTH, dtype=torch.bool).tril_(), torch.arange(VIEWS_WIDTH))
+    times: dict[int | str, list[float]] = {k: [] for k in passes}
+    rounds = repeats if "views" not in passes else max(repeats, 3 * VIEWS_ROUNDS)
+    for rep in range(rounds + 1):  # the first round warms up and is dropped
+        for k, rows in passes.items():
+            if rep > repeats and isinstance(k, int):
+                continue  # the extra rounds time the views surcharge only
             t0 = time.perf_counter()
-            runner.forward(cache, tokens, positions, local, torch.arange(k))
+            runner.forward_batch(cache, [rows])
             if rep:
                 times[k].append(time.perf_counter() - t0)
             cache.crop(context - cache.get_seq_length())
-    return {k: statistics.median(v) for k, v in times.items()}
+    out: dict[int | str, float] = {k: statistics.median(v) for k, v in times.items() if isinstance(k, int)}
+    if "views" in times:
+        out["views"] = statistics.median(v - c for v, c in zip(times.pop("views"), times.pop("chain")))
+    return out
 
 
-_CURVES: weakref.WeakKeyDictionary[Any, dict[tuple[int | None, bool], CostCurve]] = weakref.WeakKeyDictionary()
+def curve_from(seconds: Mapping[int | str, float], floor: int | None = None) -> CostCurve:
+    """The curve of `measure`'s timings; "views" (seconds a views pass costs more than a chain of its
+    width) becomes the surcharge in one-row passes (never below 0)."""
+    widths = {k: v for k, v in seconds.items() if isinstance(k, int)}
+    return CostCurve(widths, floor, views=max(0.0, seconds.get("views", 0.0) / widths[1]))
+
+
+_CURVES: weakref.WeakKeyDictionary[Any, dict[tuple[int | None, bool, bool], CostCurve]] = weakref.WeakKeyDictionary()
 
 
 def cost_curve(model: Any, runner: Any, cache_file: Path | None = None, cache_key: str = "",
@@ -141,18 +193,19 @@ def cost_curve(model: Any, runner: Any, cache_file: Path | None = None, cache_ke
     random-weight test models, `flat=True` in lookahead.testing) gets the flat curve. `remeasure`:
     measure now and overwrite what is stored (`lookahead profile`)."""
     per_model = _CURVES.setdefault(model, {})
-    kind = (runner.floor, runner.exact_attention)
+    kind = (runner.floor, runner.exact_attention, getattr(runner, "views", False))
     if kind in per_model and not remeasure:
         return per_model[kind]
     if getattr(model, "_lookahead_flat_costs", False):
         curve = CostCurve.flat(runner.floor)
     else:
-        key = f"{cache_key}|floor={runner.floor}|exact={runner.exact_attention}|v{CURVE_VERSION}"
+        key = (f"{cache_key}|floor={runner.floor}|exact={runner.exact_attention}|views={getattr(runner, 'views', False)}"
+               f"|v{CURVE_VERSION}")
         stored = read_json(cache_file).get(key) if cache_file is not None and not remeasure else None
         try:
-            curve = CostCurve({int(k): float(v) for k, v in stored.items()}, runner.floor)  # type: ignore[union-attr]
+            curve = CostCurve.from_json(stored, runner.floor)  # type: ignore[arg-type]
         except (AttributeError, TypeError, ValueError):
-            curve = CostCurve(measure(model, runner), runner.floor)
+            curve = curve_from(measure(model, runner), runner.floor)
             if cache_file is not None:
                 update_json(cache_file, key, curve.to_json())
     per_model[kind] = curve

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from lookahead.engine.attention import exact_passes
+from lookahead.engine.attention import KeyView, exact_passes
 from lookahead.engine.kvcache import KVCache
 from lookahead.engine.masks import MaskBuilder
 
@@ -27,12 +27,15 @@ from lookahead.engine.masks import MaskBuilder
 @dataclass(frozen=True)
 class Rows:
     """One sequence's query rows in a pass: tokens/positions [Q], local [Q, Q] bool (row i may see new
-    key j), keep [K] ascending rows whose logits are read back."""
+    key j), keep [K] ascending rows whose logits are read back, views: (rows, path) pairs whose rows
+    are computed over the keys of the cached prefix and the path's rows, in that order (engine/query.py
+    branch_views; needs the exact attention)."""
 
     tokens: torch.Tensor
     positions: torch.Tensor
     local: torch.Tensor
     keep: torch.Tensor
+    views: tuple[tuple[list[int], list[int]], ...] = ()
 
     def padded(self, width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """tokens, positions, local grown to `width` rows with dummies that see the prefix and themselves."""
@@ -64,14 +67,18 @@ class ModelRunner:
     """One model's forward pass. `floor`: pad every pass to at least this many query rows and logit
     rows (None: run unpadded). `exact_attention`: compute attention with engine/attention.py's
     width-invariant function (the model must have it installed). `batch_exact`: the width probe found
-    that sequences batched into a pass of >= floor rows need no padding of their own."""
+    that sequences batched into a pass of >= floor rows need no padding of their own. `views`: passes
+    compute tree branches over key views (Rows.views; needs the exact attention)."""
 
     def __init__(self, model: Any, floor: int | None = None, exact_attention: bool = False,
-                 batch_exact: bool = False) -> None:
+                 batch_exact: bool = False, views: bool = False) -> None:
+        if views and not exact_attention:
+            raise ValueError("key views need the exact attention (engine/attention.py)")
         self.model = model
         self.floor = floor
         self.batch_exact = batch_exact
         self.exact_attention = exact_attention
+        self.views = views
         self.masks = MaskBuilder(model.config, next(model.parameters()).dtype)
         params = inspect.signature(model.forward).parameters
         self.cache_kwarg = "cache" if "cache" in params else "past_key_values"
@@ -116,10 +123,14 @@ class ModelRunner:
         full = rows.numel() == q  # every row: no gather needed
         if self.can_keep_logits and not full:
             kwargs["logits_to_keep"] = rows
+        views = [KeyView(b, torch.tensor(rows), torch.cat([torch.arange(n), n + torch.tensor(path)]))
+                 for b, (n, p) in enumerate(zip(lengths, parts)) for rows, path in p.views]
+        if views and not self.views:
+            raise ValueError("this runner computes no key views: build it with views=True (exact attention)")
         tokens = torch.stack([t for t, _, _ in padded])  # [B, Q]
         positions = torch.stack([pos for _, pos, _ in padded])  # [B, Q]
         start = time.perf_counter()
-        with torch.no_grad(), exact_passes() if self.exact_attention else contextlib.nullcontext():
+        with torch.no_grad(), exact_passes(views) if self.exact_attention else contextlib.nullcontext():
             out = self.model(input_ids=tokens, position_ids=positions, attention_mask=_stack(masks), **kwargs)
         self.timer.seconds += time.perf_counter() - start
         self.timer.calls += 1

@@ -23,13 +23,14 @@ from typing import Any
 import torch
 
 from lookahead.cachefile import read_json, update_json
-from lookahead.engine.attention import install
+from lookahead.engine.attention import KEY_ALIGN, install
 from lookahead.errors import ConfigError
+from lookahead.engine.draft import CandidateTree
 from lookahead.engine.kvcache import KVCache
 from lookahead.engine.model_runner import ModelRunner, Rows
+from lookahead.engine.query import build_query
 
-PROBE_VERSION = 3  # bump when the engine's numerics change (cached probes of older versions are ignored)
-KEY_ALIGN = 64  # exact steps see their keys padded to a multiple of this (engine/kvcache.py)
+PROBE_VERSION = 4  # bump when the engine's numerics change (cached probes of older versions are ignored)
 USABLE_FLOOR = 16  # a floor above this would make every step as wide as 16 rows: treated as none
 _CONTEXTS = (40, 300, 700)  # cached context lengths the rows are probed over
 _MIN_CONTEXT = 8
@@ -49,10 +50,14 @@ class WidthProbe:
     # a sequence needs no padding of its own in a pass whose sequences carry >= floor rows together: its
     # rows come out as they do alone at the floor (continuous batching, engine/model_runner.py)
     batch_exact: bool = False
+    # a tree branch's rows, computed over their keys gathered into position order (engine/attention.py
+    # KeyView), come out as the same tokens do as the first chain: exact steps may verify whole trees
+    tree_exact: bool = False
 
     def to_dict(self) -> dict[str, object]:
         return {"floor": self.floor, "max_width": self.max_width, "dtype": self.dtype,
                 "exact_attention": self.exact_attention, "batch_exact": self.batch_exact,
+                "tree_exact": self.tree_exact,
                 "gap_invariant": self.gap_invariant, "diffs": {str(k): v for k, v in sorted(self.diffs.items())}}
 
 
@@ -81,10 +86,10 @@ def probe_width_floor(model: Any, max_width: int = 64, seed: int = 0) -> WidthPr
     hi = min(vocab, 32_000)
     tokens = torch.randint(0, hi, (contexts[-1] + max_width + 3,), generator=gen)
     exact = install(model)  # the width-invariant attention, where the model takes it
-    runner = ModelRunner(model, floor=None, exact_attention=exact)
+    runner = ModelRunner(model, floor=None, exact_attention=exact, views=exact)
     cache = KVCache(KEY_ALIGN)
     diffs: dict[int, float] = {}
-    gap_invariant = True
+    gap_invariant = tree_exact = True
     for i, ctx in enumerate(contexts):
         runner.prefill(cache, tokens[cache.get_seq_length() : ctx].tolist())
         chain = tokens[ctx : ctx + max_width + 3]
@@ -98,6 +103,7 @@ def probe_width_floor(model: Any, max_width: int = 64, seed: int = 0) -> WidthPr
         for w, r in rows.items():
             diffs[w] = max(diffs.get(w, 0.0), float((r - ref[: r.shape[0]]).abs().max()))
         gap_invariant = gap_invariant and _gap_invariant(runner, cache, chain, min(16, max_width))
+        tree_exact = tree_exact and exact and _tree_exact(runner, cache, chain, min(16, max_width))
     floor = None
     for w in sorted(diffs, reverse=True):
         if w < max_width and diffs[w] == 0.0:
@@ -108,7 +114,8 @@ def probe_width_floor(model: Any, max_width: int = 64, seed: int = 0) -> WidthPr
         floor = None
     dtype = str(next(model.parameters()).dtype).replace("torch.", "")
     batch_exact = floor is not None and _batch_invariant(runner, tokens, floor, contexts)
-    return WidthProbe(floor, max_width, diffs, dtype, gap_invariant and floor is not None, exact, batch_exact)
+    return WidthProbe(floor, max_width, diffs, dtype, gap_invariant and floor is not None, exact, batch_exact,
+                      tree_exact and floor is not None)
 
 
 def _batch_invariant(runner: ModelRunner, tokens: torch.Tensor, floor: int, contexts: list[int]) -> bool:
@@ -162,6 +169,37 @@ def _gap_invariant(runner: ModelRunner, cache: KVCache, tokens: torch.Tensor, wi
     return all(torch.equal(o, outs[0]) for o in outs[1:])
 
 
+def _tree_exact(runner: ModelRunner, cache: KVCache, tokens: torch.Tensor, width: int) -> bool:
+    """Do a branch's rows, computed in key views, come out as the same tokens do as the tree's first
+    chain? A 3-token chain c after the root, first; then as a branch off the root behind a first chain
+    of g tokens; then nested, off a second branch that shares its first token. Every pass `width` rows."""
+    root, chain, other = int(tokens[0]), tokens[-3:].tolist(), tokens[1:9].tolist()
+    p = cache.get_seq_length()
+
+    def rows_of_chain(tree: CandidateTree) -> torch.Tensor:
+        query = build_query(root, p, tree, None, views=True)
+        logits = runner.forward_batch(cache, [Rows(query.tokens, query.positions, query.local, query.keep,
+                                                   query.views)], width)[0]
+        cache.crop(-query.width)
+        node, nodes = -1, []
+        for token in chain:
+            node = tree.children[(node, token)]
+            nodes.append(1 + node)
+        return logits[nodes].float()
+
+    def tree_of(*continuations: list[int]) -> CandidateTree:
+        tree = CandidateTree()
+        for c in continuations:
+            tree.add(c)
+        return tree
+
+    ref = rows_of_chain(tree_of(chain))
+    shapes = [tree_of(other[:g], chain) for g in (1, 3, 4, 7, 8) if 4 + g <= width]
+    if width >= 8:
+        shapes.append(tree_of(other[:3], [chain[0], *other[3:5]], chain))  # c shares its first node with a branch
+    return all(torch.equal(rows_of_chain(tree), ref) for tree in shapes)
+
+
 _probes: weakref.WeakKeyDictionary[Any, WidthProbe] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
@@ -189,7 +227,8 @@ def width_probe(model: Any, min_width: int = 2, cache_file: Path | None = None, 
 def _read(path: Path) -> dict[str, WidthProbe]:
     try:
         return {k: WidthProbe(v["floor"], v["max_width"], {int(w): d for w, d in v["diffs"].items()}, v["dtype"],
-                              v["gap_invariant"], v["exact_attention"], v.get("batch_exact", False))
+                              v["gap_invariant"], v["exact_attention"], v.get("batch_exact", False),
+                              v.get("tree_exact", False))
                 for k, v in read_json(path).items()}
     except (KeyError, TypeError, AttributeError, ValueError):
         return {}

@@ -11,6 +11,11 @@ first chain see their visible keys as one gap-free run (cached prefix, root, anc
 the same tokens do when decoded one at a time. At reduced precision that is what makes a verified
 row bit-identical to autoregressive decoding (README, "Lossless, exactly"); rows after a row's last
 visible key change nothing for it. Aux rows only mint guesses, so they may see keys with gaps.
+
+A node off the first chain sees its ancestors with other branches' keys between them. Where exactness
+matters, its rows are computed again over their keys gathered into position order (`branch_views`;
+engine/attention.py KeyView): e.g. first chain a->b and branch c->d off the root give rows
+[root a b c d]; row d's view is the keys of (prefix, root, c, d), as when c and d are decoded alone.
 """
 
 from __future__ import annotations
@@ -25,21 +30,24 @@ from lookahead.engine.draft import AuxBranch, CandidateTree
 @dataclass(frozen=True)
 class StepQuery:
     """tokens/positions: [Q]; local: [Q, Q] bool (row i may see new key j); keep: [K] ascending rows
-    whose logits are read back (root, tree nodes, aux out rows); n_tree: T."""
+    whose logits are read back (root, tree nodes, aux out rows); n_tree: T; views: the tree's branch
+    views (`branch_views`), if asked for."""
 
     tokens: torch.Tensor
     positions: torch.Tensor
     local: torch.Tensor
     keep: torch.Tensor
     n_tree: int
+    views: tuple[tuple[list[int], list[int]], ...] = ()
 
     @property
     def width(self) -> int:
         return int(self.tokens.shape[0])
 
 
-def build_query(root: int, p: int, tree: CandidateTree, aux: AuxBranch | None) -> StepQuery:
-    """The step's input for root token `root` at position `p` (the cache holds positions 0..p-1)."""
+def build_query(root: int, p: int, tree: CandidateTree, aux: AuxBranch | None, views: bool = False) -> StepQuery:
+    """The step's input for root token `root` at position `p` (the cache holds positions 0..p-1);
+    `views`: with the branch views of the tree (exact steps at reduced precision)."""
     t = len(tree)
     a = 0 if aux is None else int(aux.tokens.shape[0])
     q = 1 + t + a
@@ -60,7 +68,28 @@ def build_query(root: int, p: int, tree: CandidateTree, aux: AuxBranch | None) -
         positions[rows] = p + aux.offsets
         local[rows, rows] = aux.visible
         keep.append(1 + t + aux.out_rows)
-    return StepQuery(tokens, positions, local, torch.cat(keep), t)
+    return StepQuery(tokens, positions, local, torch.cat(keep), t, branch_views(tree) if views else ())
+
+
+def branch_views(tree: CandidateTree) -> tuple[tuple[list[int], list[int]], ...]:
+    """The rows off the tree's first chain, grouped by branch: for each leaf whose path has nodes no
+    earlier group computes, (those nodes' rows, the path's rows from the root: 0, then its nodes'
+    1 + i). Nodes are numbered parents first, so a path's rows ascend; a node shared by two branches
+    is computed in the first one's view."""
+    done = set(range(len(tree.first_chain())))
+    out = []
+    for leaf in sorted(set(range(len(tree))) - set(tree.parents)):
+        path = []
+        node = leaf
+        while node >= 0:
+            path.append(node)
+            node = tree.parents[node]
+        path.reverse()
+        new = [n for n in path if n not in done]
+        if new:
+            done.update(new)
+            out.append(([1 + n for n in new], [0, *(1 + n for n in path)]))
+    return tuple(out)
 
 
 def verify(tree: CandidateTree, root_choice: int, node_choice: list[int]) -> tuple[list[int], list[str], list[int]]:

@@ -38,20 +38,22 @@ class StepRunner:
     is padded to it and only the tree's best chain is verified, so that every accepted token is
     bit-identical to (padded) autoregressive decoding. None: unpadded, any tree.
     `top_k`: also report the model's top-k next tokens at every computed row (StepOutcome.successors),
-    for sources that recycle them; 0: none."""
+    for sources that recycle them; 0: none. `key_views`: with a floor, verify tree branches over key
+    views where the probe found them exact (False: the first chain only)."""
 
     def __init__(self, model: Any, chooser: TokenChooser | None, numerics: WidthProbe | None = None,
-                 top_k: int = 0) -> None:
+                 top_k: int = 0, key_views: bool = True) -> None:
         exact = numerics is not None and numerics.floor is not None
+        # Exact steps verify trees where the probe found branch rows computed in key views (engine/
+        # attention.py) bit-identical to the same tokens in a chain; elsewhere only the first chain.
+        self.views = bool(key_views and exact and numerics.exact_attention and numerics.tree_exact)  # type: ignore[union-attr]
+        self.chain_only = exact and not self.views
         self.model = ModelRunner(model, numerics.floor if exact else None,  # type: ignore[union-attr]
                                  exact_attention=exact and numerics.exact_attention,  # type: ignore[union-attr]
-                                 batch_exact=exact and numerics.batch_exact)  # type: ignore[union-attr]
+                                 batch_exact=exact and numerics.batch_exact, views=self.views)  # type: ignore[union-attr]
         self.chooser = chooser
         self.top_k = top_k
         self.pad_to: Callable[[int], int] | None = None  # the width to run a pass of k rows at (cost curve)
-        # Exact steps verify one chain: a probe of a few gap shapes passing does not prove every tree
-        # layout exact (a bf16 tree of recycled guesses broke identity where the probe said gap-invariant).
-        self.chain_only = exact
 
     def new_cache(self, slots: int = 1) -> KVCache:
         """A cache of `slots` sequences for this runner: keys aligned (engine/kvcache.py) when passes are
@@ -80,14 +82,14 @@ class StepRunner:
         lengths = cache.slot_lengths()  # p per sequence: its cache holds positions 0..p-1
 
         # 1. Build the input: [root | tree nodes | aux rows] per sequence (engine/query.py).
-        queries = [build_query(it.root, p, tree, it.draft.aux) for it, p, tree in zip(items, lengths, trees)]
+        queries = [build_query(it.root, p, tree, it.draft.aux, self.views) for it, p, tree in zip(items, lengths, trees)]
 
         # 2. Forward: one pass, every sequence padded to the same width; logits for the kept rows.
         b = len(items)
         q = max(query.width for query in queries)
         width = -(-self.pad_to(b * q) // b) if self.pad_to is not None else 0
         spent = self.model.timer.seconds
-        logits = self.model.forward_batch(cache, [Rows(x.tokens, x.positions, x.local, x.keep) for x in queries],
+        logits = self.model.forward_batch(cache, [Rows(x.tokens, x.positions, x.local, x.keep, x.views) for x in queries],
                                           width)  # B x [K_b, V]
         spent = self.model.timer.seconds - spent
         rows = max(q, self.model.row_floor(b), width)  # each sequence's width in the pass

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from lookahead.candidates.ngram_cache import NGramCache
 from lookahead.candidates.registry import ProposerInputs, make_proposer
 from lookahead.config import GenerationConfig
-from lookahead.engine.allocator import Allocation, Candidates
+from lookahead.engine.allocator import Allocation, Candidates, chain_first
 from lookahead.engine.calibration import Calibrator
 from lookahead.engine.draft import Draft, Proposer, ReportsDraftCost, StepOutcome
 from lookahead.engine.sampling import TokenChooser
@@ -166,7 +166,9 @@ class Request:
         assert draft is not None, "propose() comes before item()"
         if draft.calibrated:
             self._promised_now = sum(draft.tree.probs[n] for n in plan.nodes)
-            draft = Draft(tree=draft.tree.subtree(plan.nodes), aux=draft.aux if plan.aux else None)
+            # the likeliest path first: an exact step computes its rows without key views
+            draft = Draft(tree=draft.tree.subtree(chain_first(draft.tree, plan.nodes)),
+                          aux=draft.aux if plan.aux else None)
         self.draft = draft
         return StepItem(self.context[-1], draft, self.chooser, self.top_k)
 

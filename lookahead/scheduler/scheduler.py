@@ -36,12 +36,14 @@ class SchedulerConfig:
     across all requests (None: as many as the cost curve says pay, up to each request's widest step);
     exact: pad passes to the model's width floor so that every token is bit-identical to decoding the
     request alone (False: unpadded, identical only up to float rounding); widest: the widest step a
-    request may take (sizes the width probe)."""
+    request may take (sizes the width probe); key_views: exact steps verify tree branches over key views
+    where the width probe found them exact (engine/attention.py; False: the first chain only)."""
 
     max_batch: int = 8
     max_rows: int | None = None
     exact: bool = True
     widest: int = 64
+    key_views: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_batch, int) or self.max_batch < 1:
@@ -51,6 +53,8 @@ class SchedulerConfig:
                               f"gets its root row, got {self.max_rows!r}")
         if not isinstance(self.widest, int) or self.widest < 1:
             raise ConfigError(f"widest must be an integer >= 1, got {self.widest!r}")
+        if not isinstance(self.key_views, bool):
+            raise ConfigError(f"key_views must be True or False, got {self.key_views!r}")
 
 
 @dataclass(frozen=True)
@@ -72,7 +76,7 @@ class Scheduler:
         self.loaded = loaded
         numerics = width_probe(loaded.model, self.config.widest) if self.config.exact else None
         self.probe_width = numerics.max_width if numerics is not None else 0  # widths the probe vouches for
-        self.runner = StepRunner(loaded.model, None, numerics)
+        self.runner = StepRunner(loaded.model, None, numerics, key_views=self.config.key_views)
         self.curve = device_costs(loaded, self.runner)
         self.cache = self.runner.new_cache(self.config.max_batch)
         self.active: list[Request] = []  # active[i] lives in cache slot i
@@ -136,7 +140,8 @@ class Scheduler:
         # 3. Allocate one budget across the batch.
         widest = max(c.max_width for c in wanted)
         plans = allocate_batch(wanted, self.curve, max_width=max(widest, max(c.fixed or 1 for c in wanted)),
-                               max_rows=self.config.max_rows)
+                               max_rows=self.config.max_rows,
+                               views_cost=self.curve.with_views if self.runner.views else None)
         items = [r.item(plan) for r, plan in zip(self.active, plans)]
         # rows up to a cheaper width are free, but never wider than the requests' own widest steps
         self.runner.pad_to = lambda k: min(self.curve.pad_to(k), max(k, widest * batch))
@@ -145,7 +150,7 @@ class Scheduler:
         outcomes = self.runner.step_batch(self.cache, items)
         rows = sum(o.query_tokens for o in outcomes)
         spent = sum(o.forward_s for o in outcomes)
-        self.curve.observe(rows, spent)
+        self.curve.observe(rows, spent, views=self.runner.views and any(p.branches for p in plans))
         self.last = StepReport(batch, rows, sum(len(it.draft.tree) + _aux_rows(it.draft) for it in items), spent)
         # 5. Absorb; retire the finished.
         events: list[tuple[Request, StepEvent]] = []

@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from lookahead.engine.allocator import Candidates, allocate, allocate_batch
-from lookahead.engine.costs import CostCurve
+from lookahead.engine.allocator import Candidates, allocate, allocate_batch, chain_first
+from lookahead.engine.costs import CostCurve, curve_from
 from lookahead.engine.draft import CandidateTree
 
 
@@ -189,3 +189,69 @@ def test_a_request_run_as_proposed_sets_the_batch_width() -> None:
     plans = allocate_batch([Candidates(fixed, fixed.probs, fixed=3), Candidates(other, other.probs)], KNEE8)
     assert plans[0].nodes == (0, 1) and plans[0].width == 3
     assert plans[1].nodes == (0, 1)
+
+
+# -- branches over key views: a surcharge per pass (engine/attention.py KeyView) -------------------
+# Flat to 8 rows; a pass that verifies any branch off its first chain costs 0.25 more.
+VIEWS = CostCurve({1: 1.0, 8: 1.0, 16: 2.0}, views=0.25)
+
+
+def test_a_branch_is_verified_only_where_it_pays_the_views_surcharge() -> None:
+    # Chain (1 2) at 0.6/0.5 plus a sibling (3) at 0.2. The chain alone: 2.1 tokens / 1.0 = 2.1 per
+    # unit. With the sibling: 2.3 / 1.25 = 1.84. So the chain.
+    tree = tree_of(((1, 2), (0.6, 0.5)), ((3,), (0.2,)))
+    plan = allocate(tree, tree.probs, VIEWS, views_cost=VIEWS.with_views)
+    assert plan.nodes == (0, 1) and not plan.branches and plan.cost == 1.0
+    # A sibling at 0.9 makes it pay: 3.0 / 1.25 = 2.4 > 2.1 (sibling first: it is likelier than node 1).
+    rich = tree_of(((1, 2), (0.6, 0.5)), ((3,), (0.9,)))
+    plan = allocate(rich, rich.probs, VIEWS, views_cost=VIEWS.with_views)
+    assert sorted(plan.nodes) == [0, 1, 2] and plan.branches and plan.cost == pytest.approx(1.25)
+    # Without a surcharge (passes that need no views: unpadded, or gap-invariant rows) the tree is free.
+    plan = allocate(tree, tree.probs, VIEWS)
+    assert sorted(plan.nodes) == [0, 1, 2] and plan.branches and plan.cost == 1.0
+
+
+def test_one_branching_request_makes_the_whole_batch_pass_pay_the_surcharge() -> None:
+    # A's sibling at 0.9 pays for the views alone (above). Batched with B = (7 8) at 0.1/0.05, the pass
+    # of chains yields 2.1 + 1.15 = 3.25 per unit; with A's branch 3.0 + 1.15 = 4.15 / 1.25 = 3.32:
+    # branch. B stays one chain, but it shares the pass, so it reports the surcharged cost too.
+    a = tree_of(((1, 2), (0.6, 0.5)), ((3,), (0.9,)))
+    b = tree_of(((7, 8), (0.1, 0.05)))
+    plans = allocate_batch([Candidates(a, a.probs), Candidates(b, b.probs)], VIEWS, views_cost=VIEWS.with_views)
+    assert plans[0].branches and sorted(plans[0].nodes) == [0, 1, 2]
+    assert plans[1].nodes == (0, 1) and not plans[1].branches
+    assert plans[0].cost == plans[1].cost == pytest.approx(1.25)
+    # With B at 0.5/0.4 the surcharge buys less of the batch's yield: chains 2.1 + 1.9 = 4.0 per unit,
+    # branch (3.0 + 1.9) / 1.25 = 3.92. The batch declines the views A would take alone.
+    b = tree_of(((7, 8), (0.5, 0.4)))
+    plans = allocate_batch([Candidates(a, a.probs), Candidates(b, b.probs)], VIEWS, views_cost=VIEWS.with_views)
+    assert plans[0].nodes == (0, 1) and not any(p.branches for p in plans) and plans[0].cost == 1.0
+
+
+def test_chain_first_puts_the_likeliest_path_first() -> None:
+    # Nodes by probability: 0:(1) 0.9, 1:(1 2) 0.3, 2:(1 4) 0.5, 3:(5) 0.2. From the root the likeliest
+    # child is node 0, then its likeliest child node 2 (0.5 > 0.3): path [0, 2], then the rest in order.
+    tree = tree_of(((1, 2), (0.9, 0.3)), ((1, 4), (0.9, 0.5)), ((5,), (0.2,)))
+    assert chain_first(tree, [0, 2, 1, 3]) == [0, 2, 1, 3]
+    assert chain_first(tree, [0, 1, 2, 3]) == [0, 2, 1, 3]
+    # only chosen nodes count: without node 2 the path is [0, 1]
+    assert chain_first(tree, [0, 1, 3]) == [0, 1, 3]
+    assert tree.subtree(chain_first(tree, [0, 1, 2, 3])).first_chain().tokens == [1, 4]
+
+
+def test_the_views_surcharge_is_stored_measured_and_refined() -> None:
+    curve = CostCurve({1: 1.0, 8: 1.2}, views=0.3)
+    assert curve.with_views(8) == pytest.approx(1.5)
+    again = CostCurve.from_json(curve.to_json())
+    assert again.views == pytest.approx(0.3) and again(8) == pytest.approx(1.2)
+    # measured (seconds): a views pass took 0.006 s more than a chain of its width: 0.6 one-row passes
+    measured = curve_from({1: 0.01, 8: 0.012, "views": 0.006})
+    assert measured.views == pytest.approx(0.6) and measured(8) == pytest.approx(1.2)
+    assert curve_from({1: 0.01, 8: 0.012, "views": -0.001}).views == 0.0  # noise below 0: none
+    # views passes observed at twice the predicted cost: the views cost learns it, the plain one not
+    for _ in range(60):
+        curve.observe(8, 0.012)
+        curve.observe(8, 0.030, views=True)
+    assert curve.with_views(8) / curve(8) == pytest.approx(2.5, rel=0.05)
+    with pytest.raises(ValueError):
+        CostCurve({1: 1.0}, views=-0.1)

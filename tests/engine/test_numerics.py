@@ -10,6 +10,7 @@ import torch
 
 import lookahead
 from lookahead import LookaheadConfig, SamplingConfig
+from lookahead.engine import attention
 from lookahead.engine.attention import install
 from lookahead.engine.kvcache import KVCache
 from lookahead.engine.model_runner import ModelRunner
@@ -26,10 +27,13 @@ def model16(arch: str) -> lookahead.LoadedModel:
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_bf16_lookahead_equals_bf16_autoregressive(arch: str) -> None:
+def test_bf16_lookahead_equals_bf16_autoregressive(arch: str, monkeypatch: pytest.MonkeyPatch) -> None:
     lm = model16(arch)
     probe = width_probe(lm.model)
-    assert probe.floor is not None and probe.exact_attention, probe
+    assert probe.floor is not None and probe.exact_attention and probe.tree_exact, probe
+    views = []  # passes (per layer) that recomputed tree branches over key views: trees were verified
+    redo = attention._redo_in_views
+    monkeypatch.setattr(attention, "_redo_in_views", lambda *a: (views.append(1), redo(*a)))
     accepted = 0
     for i, text in enumerate(prompts(12)):
         ids = lm.encode(text, raw=True)
@@ -41,12 +45,13 @@ def test_bf16_lookahead_equals_bf16_autoregressive(arch: str) -> None:
         assert (ar.dtype, ar.width_floor) == ("bfloat16", probe.floor) == (la.dtype, la.width_floor)
         accepted += la.stats.guesses_accepted
     assert accepted > 0, "no guess was accepted: the test would prove nothing"
+    assert views, "no step verified a branch off its first chain: the test would prove nothing of trees"
 
 
 def test_float64_models_probe_as_width_invariant() -> None:
     # float64 with the exact attention: every width computes every row the same, so no padding is needed
     probe = width_probe(model64("llama").model)
-    assert probe.floor == 1 and probe.exact_attention and probe.gap_invariant
+    assert probe.floor == 1 and probe.exact_attention and probe.gap_invariant and probe.tree_exact
 
 
 class _WidthDependent(torch.nn.Module):
@@ -181,3 +186,23 @@ def test_a_model_whose_context_is_too_short_to_probe_gets_a_clear_error() -> Non
         lookahead.generate(lm, lm.encode("ab", raw=True), max_new_tokens=2)
     # unpadded decoding needs no probe
     assert len(lookahead.generate(lm, lm.encode("ab", raw=True), max_new_tokens=2, exact=False).token_ids) == 2
+
+
+def test_key_views_off_verifies_first_chains_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    # key_views=False: exact steps verify each tree's first chain only (the engine before key views):
+    # no pass recomputes a branch, and the tokens are the same
+    from lookahead.scheduler.scheduler import SchedulerConfig
+
+    lm = model16("llama")
+    assert width_probe(lm.model).tree_exact  # probed before the spy: the probe itself runs views
+    views = []
+    redo = attention._redo_in_views
+    monkeypatch.setattr(attention, "_redo_in_views", lambda *a: (views.append(1), redo(*a)))
+    for text in prompts(4):
+        ids = lm.encode(text, raw=True)
+        ar = lookahead.generate(lm, ids, max_new_tokens=24, strategy="autoregressive")
+        chain = lookahead.generate(lm, ids, max_new_tokens=24, adaptive=False, key_views=False)
+        assert chain.token_ids == ar.token_ids
+    assert not views
+    with pytest.raises(ConfigError, match="key_views"):
+        SchedulerConfig(key_views="no")  # type: ignore[arg-type]

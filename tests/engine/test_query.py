@@ -97,3 +97,16 @@ def test_first_chain_is_the_best_ranked_continuation() -> None:
     single = tree_of((8, 9))
     assert single.first_chain() is single
     assert CandidateTree().first_chain().tokens == []
+
+
+def test_branch_views_group_the_rows_off_the_first_chain_by_branch() -> None:
+    # (1 2 3), (1 4), (5 6), (5 7): nodes 0:1 1:2 2:3 | 3:4 (child of 0) | 4:5 5:6 (child of 4) | 6:7 (child
+    # of 4). First chain: nodes 0..2 (rows 1..3), no view. Node 3 sees root, node 0, itself: rows
+    # [4], path [0, 1, 4]. Branch 5 6: rows [5, 6], path [0, 5, 6]. Node 6 (token 7) shares node 4
+    # with the previous view, which already computes it: rows [7] only, path [0, 5, 7].
+    tree = tree_of((1, 2, 3), (1, 4), (5, 6), (5, 7))
+    q = build_query(9, 50, tree, None, views=True)
+    assert q.views == (([4], [0, 1, 4]), ([5, 6], [0, 5, 6]), ([7], [0, 5, 7]))
+    # a single chain needs no view, nor does a query built without them
+    assert build_query(9, 50, tree_of((1, 2, 3)), None, views=True).views == ()
+    assert build_query(9, 50, tree, None).views == ()

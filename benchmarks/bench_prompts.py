@@ -10,8 +10,8 @@ Strategies per dtype:
   autoregressive/unpadded  the engine's plain width-1 steps (only where a floor exists)
   hf_generate              transformers' own generate()
   lookahead, prompt_lookup the engine's speculative strategies (exact: padded like the reference)
-  lookahead/first-chain    with --first-chain: lookahead whose exact steps verify only each tree's
-                           first chain (key_views=False), the engine before key views
+  lookahead/key-views      with --key-views: lookahead whose exact steps may also verify a second
+                           chain over key views (key_views=True; off by default)
 
 Speedups divide the FASTEST autoregressive path's time per generated token (the better of
 autoregressive/unpadded and hf_generate for that prompt and dtype; whole call, prefill included) by
@@ -54,7 +54,7 @@ def hf_run(lm: lookahead.LoadedModel, ids: list[int], max_new: int) -> dict:
 
 
 def ours(lm: lookahead.LoadedModel, ids: list[int], max_new: int, strategy: str, exact: bool = True,
-         cfg: LookaheadConfig | None = None, key_views: bool = True) -> dict:
+         cfg: LookaheadConfig | None = None, key_views: bool = False) -> dict:
     r = lookahead.generate(lm, ids, max_new_tokens=max_new, strategy=strategy, lookahead=cfg or LookaheadConfig(),
                            exact=exact, key_views=key_views)
     s = r.stats
@@ -77,8 +77,8 @@ def main() -> int:
     ap.add_argument("--strategies", default="lookahead,prompt_lookup", help="engine strategies besides the baselines")
     ap.add_argument("--variants", default="", metavar="W,N,G[,T];...",
                     help="extra lookahead shapes (T: context_tokens), each run as 'lookahead W=.. N=.. G=.. T=..'")
-    ap.add_argument("--first-chain", action="store_true",
-                    help="also run lookahead verifying only each tree's first chain (no key views)")
+    ap.add_argument("--key-views", action="store_true",
+                    help="also run lookahead verifying a second chain over key views, where the probe allows")
     ap.add_argument("--source-sets", default="", metavar="a+b;...",
                     help="extra lookahead source sets (candidates/registry.py), each run as 'lookahead a+b'")
     args = ap.parse_args()
@@ -104,8 +104,8 @@ def main() -> int:
         runs[(dtype, HF)] = lambda ids, lm=lm: hf_run(lm, ids, n)
         for strategy in args.strategies.split(","):
             runs[(dtype, strategy)] = lambda ids, lm=lm, s=strategy: ours(lm, ids, n, s)
-        if args.first_chain and width_probe(lm.model).tree_exact:
-            runs[(dtype, "lookahead/first-chain")] = lambda ids, lm=lm: ours(lm, ids, n, "lookahead", key_views=False)
+        if args.key_views and width_probe(lm.model).tree_exact:
+            runs[(dtype, "lookahead/key-views")] = lambda ids, lm=lm: ours(lm, ids, n, "lookahead", key_views=True)
         for label, cfg in variants.items():
             runs[(dtype, label)] = lambda ids, lm=lm, c=cfg: ours(lm, ids, n, "lookahead", cfg=c)
     ids_of = {p: next(iter(models.values())).encode(PROMPTS[p]) for p in args.prompts}

@@ -46,7 +46,7 @@ def stream_events(
     adaptive: bool = True,
     exact: bool = True,
     calibrator: Calibrator | None = None,
-    key_views: bool = True,
+    key_views: bool = False,
 ) -> Iterator[StepEvent]:
     """`draft`: a draft model for strategy "speculative" (else `speculative.draft` is resolved);
     `ngram_cache`: cross-request n-grams, offered to "lookahead"/"prompt_lookup" and updated with the
@@ -56,8 +56,9 @@ def stream_events(
     to the others only up to float rounding). `calibrator`: acceptance estimates shared by the requests of
     a class (engine/calibration.py; None: this request learns its own); `adaptive`: size each step with
     the allocator (engine/allocator.py; False: verify every draft as proposed); `key_views`: exact
-    steps may verify tree branches over key views where the probe found them exact (engine/
-    attention.py; False: only each tree's first chain, the behaviour before key views)."""
+    steps may also verify a second chain of the tree, over key views, where the probe found them exact
+    (engine/attention.py; off by default: on the 2-core Zen 4 they cost more than they settled,
+    README "Measured: exact bfloat16 trees")."""
     cfg = GenerationConfig(
         max_new_tokens=max_new_tokens,
         strategy=strategy,
@@ -85,12 +86,15 @@ def stream_events(
             yield event
 
 
-def engine_cost_curve(loaded: LoadedModel, exact: bool = True, remeasure: bool = False) -> CostCurve:
-    """The curve the allocator reads for default generation settings (exact passes unless told)."""
+def engine_cost_curve(loaded: LoadedModel, exact: bool = True, remeasure: bool = False,
+                      key_views: bool = False) -> CostCurve:
+    """The curve the allocator reads for default generation settings (exact passes unless told;
+    `key_views`: the curve of passes that may verify branches over key views, with its surcharge)."""
     cfg = GenerationConfig(exact=exact)
     numerics = width_probe(loaded.model, cfg.widest_step) if exact else None
     vocab = loaded.model.get_output_embeddings().weight.shape[0]
-    return device_costs(loaded, StepRunner(loaded.model, TokenChooser(cfg.sampling, vocab), numerics), remeasure)
+    runner = StepRunner(loaded.model, TokenChooser(cfg.sampling, vocab), numerics, key_views=key_views)
+    return device_costs(loaded, runner, remeasure)
 
 
 def generate(loaded: LoadedModel, prompt: PromptLike, **kwargs: object) -> GenerationResult:

@@ -59,7 +59,8 @@ def test_bf16_lookahead_is_bit_identical(name: str, prompt: str, max_new: int) -
     lm = smollm2_bf16()
     ids = lm.encode(prompt)
     greedy_ar = lookahead.generate(lm, ids, max_new_tokens=max_new, strategy="autoregressive")
-    greedy_la = lookahead.generate(lm, ids, max_new_tokens=max_new, lookahead=LookaheadConfig(), adaptive=False)
+    greedy_la = lookahead.generate(lm, ids, max_new_tokens=max_new, lookahead=LookaheadConfig(), adaptive=False,
+                                   key_views=True)
     assert greedy_la.token_ids == greedy_ar.token_ids
     assert greedy_la.width_floor is not None and greedy_la.dtype == "bfloat16"
     sampling = SamplingConfig(temperature=0.8, top_p=0.95, seed=len(name))
@@ -79,8 +80,8 @@ def test_bf16_speculation_was_accepted_across_the_prompts(monkeypatch: pytest.Mo
     views = []
     redo = attention._redo_in_views
     monkeypatch.setattr(attention, "_redo_in_views", lambda *a: (views.append(1), redo(*a)))
-    accepted = sum(lookahead.generate(lm, lm.encode(p), max_new_tokens=48, adaptive=False).stats.guesses_accepted
-                   for p in BENCH_PROMPTS.values())
+    accepted = sum(lookahead.generate(lm, lm.encode(p), max_new_tokens=48, adaptive=False, key_views=True)
+                   .stats.guesses_accepted for p in BENCH_PROMPTS.values())
     assert accepted > 20
     assert bool(views) == width_probe(lm.model).tree_exact
 

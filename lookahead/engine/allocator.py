@@ -94,7 +94,8 @@ def allocate_batch(requests: Sequence[Candidates], cost: Callable[[int], float],
     least = max([1] + [r.fixed for r in requests if r.fixed is not None])
     most = max(least, min(max_width, (max_rows // b) if max_rows else max_width))
     chains = [_best_within(r, most, branches=False) for r in requests]  # [B][w] -> Allocation (one path)
-    trees = [_best_within(r, most, branches=True) for r in requests]  # [B][w] -> Allocation (any subtree)
+    # any subtree where branches are free; two chains (one key view each) where they are not
+    trees = [_best_within(r, most, branches=True, two_chains=views_cost is not None) for r in requests]
     best_w, best_rate, best_kind = least, -1.0, chains
     for w in range(least, most + 1):
         for kind in (chains, trees):
@@ -108,10 +109,11 @@ def allocate_batch(requests: Sequence[Candidates], cost: Callable[[int], float],
     return [replace(o, cost=shared) for o in options]
 
 
-def _best_within(request: Candidates, most: int, branches: bool) -> list[Allocation]:
+def _best_within(request: Candidates, most: int, branches: bool, two_chains: bool = False) -> list[Allocation]:
     """For each width w = 0 .. most: the allocation of `request` with the most expected tokens using at
     most w rows (index 0 unused), over one root-to-leaf path, or (`branches`, unless the request is
-    chain_only) over any subtree. A fixed request has one allocation: everything, at its own width."""
+    chain_only) over any subtree (`two_chains`: of at most two leaves). A fixed request has one
+    allocation: everything, at its own width."""
     tree, probs = request.tree, request.probs
     cap = max(1, min(most, request.max_width))
     if request.fixed is not None:
@@ -122,7 +124,8 @@ def _best_within(request: Candidates, most: int, branches: bool) -> list[Allocat
     choices = [False, True] if request.aux_rows > 0 and 1 + request.aux_rows <= cap else [False]
     orders = _paths(tree)
     if branches and not request.chain_only:  # the k likeliest nodes: the best k-node subtree, for every k
-        orders.insert(0, sorted(range(len(tree)), key=lambda i: (-probs[i], tree.depths[i], i)))
+        likeliest = sorted(range(len(tree)), key=lambda i: (-probs[i], tree.depths[i], i))
+        orders.insert(0, _two_chains(tree, likeliest) if two_chains else likeliest)
     for aux in choices:
         fixed = 1 + (request.aux_rows if aux else 0)  # the root and the aux rows
         gained = 1.0 + (request.aux_value if aux else 0.0)
@@ -146,6 +149,31 @@ def _best_within(request: Candidates, most: int, branches: bool) -> list[Allocat
             here = out[-1]
         out.append(here if here is not None else Allocation((), False, 1, 1.0, 1.0))
     return out + [out[-1]] * (most - cap)  # wider than its own cap: the same allocation, padded
+
+
+def _two_chains(tree: CandidateTree, likeliest: Sequence[int]) -> list[int]:
+    """The likeliest nodes first, kept to two chains from the root: every prefix is the best subtree
+    of its size with at most two leaves. A node is never likelier than its parent, so taking nodes by
+    probability keeps parents first; a node whose parent (or the root) already has a chosen child
+    starts a chain, and one that would start a third is skipped, with its subtree. Two chains are one
+    key view in an exact step: its cost is a fixed, measured surcharge (engine/costs.py), where each
+    further view would gather the whole cached prefix again."""
+    chosen: set[int] = set()
+    has_child: set[int] = set()
+    chains = 0
+    out = []
+    for node in likeliest:
+        parent = tree.parents[node]
+        if parent >= 0 and parent not in chosen:
+            continue
+        starts = parent in has_child or chains == 0
+        if starts and chains == 2:
+            continue
+        chains += starts
+        chosen.add(node)
+        has_child.add(parent)
+        out.append(node)
+    return out
 
 
 def _branched(tree: CandidateTree, nodes: Sequence[int]) -> bool:

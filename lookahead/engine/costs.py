@@ -37,7 +37,7 @@ from lookahead.engine.query import build_query
 CURVE_VERSION = 2
 DEFAULT_WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 MEASURE_CONTEXT = 256  # cached tokens under the timed passes
-VIEWS_WIDTH = 9  # rows of the timed pass with key views (root + 8 tree nodes)
+VIEWS_WIDTH = 9  # rows of the timed pass with a key view (root + two chains of 5 and 3 nodes)
 VIEWS_ROUNDS = 4  # the views surcharge is timed over at least 3x this many rounds
 
 
@@ -138,7 +138,7 @@ def measure(model: Any, runner: Any, widths: Sequence[int] = DEFAULT_WIDTHS, rep
     """Median seconds of one pass of k rows over `context` cached tokens, per k, through the engine's own
     model runner (so padding, exact attention and the LM head rows are what decoding pays). Where the
     runner verifies branches over key views, also "views": the median over rounds of what a pass of
-    VIEWS_WIDTH rows whose tree has two branches besides its first chain costs more than a chain of
+    VIEWS_WIDTH rows whose tree has a second chain off the root (one view) costs more than a chain of
     that width timed next to it (a paired difference: the surcharge is small beside the pass)."""
     vocab = model.get_output_embeddings().weight.shape[0]
     gen = torch.Generator().manual_seed(0)
@@ -150,7 +150,7 @@ def measure(model: Any, runner: Any, widths: Sequence[int] = DEFAULT_WIDTHS, rep
                          torch.ones(k, k, dtype=torch.bool).tril_(), torch.arange(k))
     if getattr(runner, "views", False):
         tree = CandidateTree()
-        for branch in ([1, 2, 3, 4, 5], [6, 7], [8]):  # the first chain, then two branches off the root
+        for branch in ([1, 2, 3, 4, 5], [6, 7, 8]):  # the first chain, then a branch off the root: one view
             tree.add(branch)
         q = build_query(0, context, tree, None, views=True)
         passes["views"] = Rows(q.tokens, q.positions, q.local, q.keep, q.views)

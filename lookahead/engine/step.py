@@ -42,7 +42,7 @@ class StepRunner:
     views where the probe found them exact (False: the first chain only)."""
 
     def __init__(self, model: Any, chooser: TokenChooser | None, numerics: WidthProbe | None = None,
-                 top_k: int = 0, key_views: bool = True) -> None:
+                 top_k: int = 0, key_views: bool = False) -> None:
         exact = numerics is not None and numerics.floor is not None
         # Exact steps verify trees where the probe found branch rows computed in key views (engine/
         # attention.py) bit-identical to the same tokens in a chain; elsewhere only the first chain.

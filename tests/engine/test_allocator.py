@@ -211,6 +211,17 @@ def test_a_branch_is_verified_only_where_it_pays_the_views_surcharge() -> None:
     assert sorted(plan.nodes) == [0, 1, 2] and plan.branches and plan.cost == 1.0
 
 
+def test_branches_priced_as_views_stay_within_two_chains() -> None:
+    # Nodes 0:(1) 0.9, 1:(1 4) 0.6, 2:(2) 0.8, 3:(3) 0.7. One chain at best: (1 4), 2.5 tokens / 1.0.
+    # With views, at most two chains (one view; each further view would gather the cached prefix
+    # again): (1 4) and (2): 3.3 / 1.25 = 2.64 beats 2.5; (3) would start a third chain, left out.
+    tree = tree_of(((1, 4), (0.9, 0.6)), ((2,), (0.8,)), ((3,), (0.7,)))
+    plan = allocate(tree, tree.probs, VIEWS, views_cost=VIEWS.with_views)
+    assert sorted(plan.nodes) == [0, 1, 2] and plan.expected == pytest.approx(3.3)
+    # where branches need no views, the whole tree: 4.0 tokens for 1.0
+    assert sorted(allocate(tree, tree.probs, VIEWS).nodes) == [0, 1, 2, 3]
+
+
 def test_one_branching_request_makes_the_whole_batch_pass_pay_the_surcharge() -> None:
     # A's sibling at 0.9 pays for the views alone (above). Batched with B = (7 8) at 0.1/0.05, the pass
     # of chains yields 2.1 + 1.15 = 3.25 per unit; with A's branch 3.0 + 1.15 = 4.15 / 1.25 = 3.32:

@@ -8,6 +8,8 @@ import pytest
 
 import lookahead
 from lookahead import LookaheadConfig
+from lookahead.engine import attention
+from lookahead.engine.numerics import width_probe
 from lookahead.testing import ARCHS
 
 from .helpers import hf_greedy, model64, prompts
@@ -25,8 +27,12 @@ MAX_NEW = 24
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_lookahead_equals_autoregressive_equals_generate(arch: str) -> None:
+def test_lookahead_equals_autoregressive_equals_generate(arch: str, monkeypatch: pytest.MonkeyPatch) -> None:
     lm = model64(arch)
+    width_probe(lm.model)  # before the spy: the probe runs key views itself
+    views = []  # layers of passes that recomputed a second chain over key views
+    redo = attention._redo_in_views
+    monkeypatch.setattr(attention, "_redo_in_views", lambda *a: (views.append(1), redo(*a)))
     total_steps = total_tokens = 0
     for i, text in enumerate(prompts(20)):
         ids = lm.encode(text, raw=True)
@@ -35,13 +41,16 @@ def test_lookahead_equals_autoregressive_equals_generate(arch: str) -> None:
         assert ar.stats.steps == ar.stats.new_tokens
         cfg = CONFIGS[i % len(CONFIGS)]
         # odd prompts run with the speculation gate on (timing-dependent work, same tokens), even ones off
-        la = lookahead.generate(lm, ids, max_new_tokens=MAX_NEW, lookahead=cfg, adaptive=i % 2 == 1)
+        # prompts 0, 1 mod 4: exact steps may verify a second chain over key views (float64: floor 1)
+        la = lookahead.generate(lm, ids, max_new_tokens=MAX_NEW, lookahead=cfg, adaptive=i % 2 == 1,
+                                key_views=i % 4 < 2)
         assert la.token_ids == ar.token_ids, f"{arch} prompt {i} {cfg}"
         assert la.text == ar.text and la.finish_reason == ar.finish_reason
         total_steps += la.stats.steps
         total_tokens += la.stats.new_tokens
     # the verification branch must have accepted something, or this test proves nothing
     assert total_tokens / total_steps > 1.1
+    assert views, "no step verified a second chain over key views"
 
 
 @pytest.mark.parametrize("arch", ["llama", "gemma3"])

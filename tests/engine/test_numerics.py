@@ -40,7 +40,7 @@ def test_bf16_lookahead_equals_bf16_autoregressive(arch: str, monkeypatch: pytes
         sampling = SamplingConfig(temperature=0.9, top_p=0.95, seed=i) if i % 3 == 2 else None
         ar = lookahead.generate(lm, ids, max_new_tokens=32, strategy="autoregressive", sampling=sampling)
         la = lookahead.generate(lm, ids, max_new_tokens=32, lookahead=LookaheadConfig(2, 4, 4), sampling=sampling,
-                                adaptive=False)
+                                adaptive=False, key_views=i % 2 == 0)
         assert la.token_ids == ar.token_ids, f"{arch} prompt {i}"
         assert (ar.dtype, ar.width_floor) == ("bfloat16", probe.floor) == (la.dtype, la.width_floor)
         accepted += la.stats.guesses_accepted
@@ -189,8 +189,8 @@ def test_a_model_whose_context_is_too_short_to_probe_gets_a_clear_error() -> Non
 
 
 def test_key_views_off_verifies_first_chains_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    # key_views=False: exact steps verify each tree's first chain only (the engine before key views):
-    # no pass recomputes a branch, and the tokens are the same
+    # key_views=False (the default): exact steps verify each tree's first chain only: no pass
+    # recomputes a branch, and the tokens are the same
     from lookahead.scheduler.scheduler import SchedulerConfig
 
     lm = model16("llama")
@@ -201,7 +201,7 @@ def test_key_views_off_verifies_first_chains_only(monkeypatch: pytest.MonkeyPatc
     for text in prompts(4):
         ids = lm.encode(text, raw=True)
         ar = lookahead.generate(lm, ids, max_new_tokens=24, strategy="autoregressive")
-        chain = lookahead.generate(lm, ids, max_new_tokens=24, adaptive=False, key_views=False)
+        chain = lookahead.generate(lm, ids, max_new_tokens=24, adaptive=False)
         assert chain.token_ids == ar.token_ids
     assert not views
     with pytest.raises(ConfigError, match="key_views"):

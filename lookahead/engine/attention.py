@@ -33,6 +33,7 @@ import torch
 
 NAME = "lookahead_exact"
 KEY_ALIGN = 64  # exact passes see their keys padded to a multiple of this (engine/kvcache.py)
+KEY_CHUNK = 1024  # values are summed over keys in chunks of this many (a multiple of KEY_ALIGN)
 
 
 @dataclass(frozen=True)
@@ -115,11 +116,28 @@ def exact_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: 
     if attention_mask is not None:
         scores = scores + attention_mask[..., :k].to(acc)[:, :, None]  # mask [B, 1, Q, K] -> [B, 1, 1, Q, K]
     probs = torch.softmax(scores, dim=-1).to(value.dtype).view(b, kv_heads, groups * q, k)
-    out = torch.matmul(probs, value).view(b, h, q, d)  # [B, H, Q, D]
+    out = _weighted_sum(probs, value).view(b, h, q, d)  # [B, H, Q, D]
     plan = _plan.get()
     if plan is not None:
         _redo_in_views(out, scores, value, plan)
     return out.transpose(1, 2).contiguous(), None
+
+
+def _weighted_sum(probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """probs [..., R, K] @ value [..., K, D], over keys in chunks of KEY_CHUNK from key 0, summed in
+    order in float32. Measured (SmolLM2 bf16, Zen 4): one matmul over more than 1024 keys reduces
+    them in another order than one over fewer, so a row whose keys end before 1024 came out
+    different (0.25 in the logits) in a pass of 1030 keys than in one of 1000, and a prompt near
+    1024 tokens decoded differently with lookahead (a wider pass crosses 1024 first). Fixed chunks
+    make a row's sum the same whatever the pass's key count: chunks past its keys add exact zeros."""
+    k = probs.shape[-1]
+    if k <= KEY_CHUNK:
+        return torch.matmul(probs, value)
+    acc = torch.promote_types(value.dtype, torch.float32)
+    out = torch.matmul(probs[..., :KEY_CHUNK], value[..., :KEY_CHUNK, :]).to(acc)
+    for start in range(KEY_CHUNK, k, KEY_CHUNK):
+        out += torch.matmul(probs[..., start : start + KEY_CHUNK], value[..., start : start + KEY_CHUNK, :]).to(acc)
+    return out.to(value.dtype)
 
 
 def _redo_in_views(out: torch.Tensor, scores: torch.Tensor, value: torch.Tensor, plan: _ViewPlan) -> None:
@@ -135,7 +153,7 @@ def _redo_in_views(out: torch.Tensor, scores: torch.Tensor, value: torch.Tensor,
     s = (picked[0] if len(picked) == 1 else torch.cat(picked, dim=1)).view(kv_heads, n, m, groups, width)
     probs = torch.softmax(s + plan.bias.transpose(2, 3), dim=-1).to(value.dtype)  # [Hkv, V, m, G, L]
     v = (values[0] if len(values) == 1 else torch.cat(values, dim=1)).view(kv_heads, n, width, d)  # [Hkv, V, L, D]
-    redone = torch.matmul(probs.view(kv_heads, n, m * groups, width), v)  # [Hkv, V, m*G, D]
+    redone = _weighted_sum(probs.view(kv_heads, n, m * groups, width), v)  # [Hkv, V, m*G, D]
     redone = redone.view(kv_heads, n, m, groups, d).permute(1, 2, 0, 3, 4).reshape(n * m, kv_heads, groups, d)
     if plan.real is not None:
         redone = redone.index_select(0, plan.real)  # [N, Hkv, G, D]

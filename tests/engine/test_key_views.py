@@ -9,6 +9,7 @@ bfloat16 models (tests/engine/test_numerics.py, tests/test_real_model_bf16.py)."
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from lookahead.engine.attention import KeyView, exact_attention, exact_passes
@@ -90,3 +91,25 @@ def test_views_of_several_sequences_and_sizes_in_one_pass() -> None:
                        chain_visible)
         for row in rows:
             torch.testing.assert_close(out[seq, row], chain[0, path.index(row)], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("rows", [1, 2, 4])
+def test_a_rows_weighted_sum_does_not_depend_on_keys_past_1024(rows: int) -> None:
+    # Measured on SmolLM2 bf16 (9 query heads, 3 key/value heads, 64 dims): one matmul over more than
+    # 1024 keys sums them in another order, so a row whose keys end before 1024 differed between a pass
+    # of 1024 keys and one of 1088 (2 rows: this test failed before the fix), and a summarization
+    # prompt near 1024 tokens decoded differently with prompt lookup. Values are now summed in fixed
+    # 1024-key chunks: the same rows over the same keys, with 64 or 128 more masked (zero) keys after
+    # them, come out bit-identical.
+    gen = torch.Generator().manual_seed(2)
+    q = torch.randn(1, 9, rows, 64, generator=gen).to(torch.bfloat16)
+    k = torch.randn(1, 3, 1152, 64, generator=gen).to(torch.bfloat16)
+    v = torch.randn(1, 3, 1152, 64, generator=gen).to(torch.bfloat16)
+    outs = []
+    for width in (1024, 1088, 1152):
+        visible = torch.zeros(1, rows, width, dtype=torch.bool)
+        visible[0, :, :1000] = True  # every row sees keys 0..999; the rest is masked padding
+        mask = torch.zeros(visible.shape, dtype=torch.bfloat16).masked_fill_(~visible, torch.finfo(torch.bfloat16).min)
+        with exact_passes():
+            outs.append(exact_attention(None, q, k[:, :, :width], v[:, :, :width], mask[:, None])[0])
+    assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])

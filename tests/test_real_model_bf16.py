@@ -73,13 +73,12 @@ def test_bf16_lookahead_is_bit_identical(name: str, prompt: str, max_new: int) -
 def test_bf16_speculation_was_accepted_across_the_prompts(monkeypatch: pytest.MonkeyPatch) -> None:
     # ... and, where the probe found key views exact (engine/attention.py), whole trees were verified:
     # steps recomputed branches off their first chains over key views, and the tokens above still matched
-    from lookahead.engine import attention
     from lookahead.engine.numerics import width_probe
 
+    from .engine.helpers import spy_key_views
+
     lm = smollm2_bf16()
-    views = []
-    redo = attention._redo_in_views
-    monkeypatch.setattr(attention, "_redo_in_views", lambda *a: (views.append(1), redo(*a)))
+    views = spy_key_views(monkeypatch)
     accepted = sum(lookahead.generate(lm, lm.encode(p), max_new_tokens=48, adaptive=False, key_views=True)
                    .stats.guesses_accepted for p in BENCH_PROMPTS.values())
     assert accepted > 20

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 
+import pytest
+
 import torch
 
 from lookahead.models import LoadedModel
@@ -38,3 +40,14 @@ def prompts(n: int) -> list[str]:
         "mississippi mississippi", "tick tock tick tock",
     ]
     return base[:n]
+
+
+def spy_key_views(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that gains an entry each time a layer recomputes rows over key views (engine/attention.py):
+    tests assert it is non-empty to show that trees with branches were really verified."""
+    from lookahead.engine import attention
+
+    calls: list[int] = []
+    redo = attention._redo_in_views
+    monkeypatch.setattr(attention, "_redo_in_views", lambda *a: (calls.append(1), redo(*a)))
+    return calls

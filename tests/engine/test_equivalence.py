@@ -8,11 +8,10 @@ import pytest
 
 import lookahead
 from lookahead import LookaheadConfig
-from lookahead.engine import attention
 from lookahead.engine.numerics import width_probe
 from lookahead.testing import ARCHS
 
-from .helpers import hf_greedy, model64, prompts
+from .helpers import hf_greedy, model64, prompts, spy_key_views
 
 # (W, N, G, context_ngrams): the paper's shape, the extremes (W=1, N=2, G=0), G far larger than the pool,
 # and the pure Jacobi pool without context n-grams.
@@ -30,9 +29,7 @@ MAX_NEW = 24
 def test_lookahead_equals_autoregressive_equals_generate(arch: str, monkeypatch: pytest.MonkeyPatch) -> None:
     lm = model64(arch)
     width_probe(lm.model)  # before the spy: the probe runs key views itself
-    views = []  # layers of passes that recomputed a second chain over key views
-    redo = attention._redo_in_views
-    monkeypatch.setattr(attention, "_redo_in_views", lambda *a: (views.append(1), redo(*a)))
+    views = spy_key_views(monkeypatch)  # layers that recomputed a second chain over key views
     total_steps = total_tokens = 0
     for i, text in enumerate(prompts(20)):
         ids = lm.encode(text, raw=True)

@@ -10,7 +10,6 @@ import torch
 
 import lookahead
 from lookahead import LookaheadConfig, SamplingConfig
-from lookahead.engine import attention
 from lookahead.engine.attention import install
 from lookahead.engine.kvcache import KVCache
 from lookahead.engine.model_runner import ModelRunner
@@ -18,7 +17,7 @@ from lookahead.engine.numerics import KEY_ALIGN, probe_width_floor, width_probe
 from lookahead.errors import ConfigError
 from lookahead.testing import ARCHS, tiny_model
 
-from .helpers import model64, prompts
+from .helpers import model64, prompts, spy_key_views
 
 
 @functools.lru_cache(maxsize=None)
@@ -31,9 +30,7 @@ def test_bf16_lookahead_equals_bf16_autoregressive(arch: str, monkeypatch: pytes
     lm = model16(arch)
     probe = width_probe(lm.model)
     assert probe.floor is not None and probe.exact_attention and probe.tree_exact, probe
-    views = []  # passes (per layer) that recomputed tree branches over key views: trees were verified
-    redo = attention._redo_in_views
-    monkeypatch.setattr(attention, "_redo_in_views", lambda *a: (views.append(1), redo(*a)))
+    views = spy_key_views(monkeypatch)  # layers that recomputed branches over key views
     accepted = 0
     for i, text in enumerate(prompts(12)):
         ids = lm.encode(text, raw=True)
@@ -195,9 +192,7 @@ def test_key_views_off_verifies_first_chains_only(monkeypatch: pytest.MonkeyPatc
 
     lm = model16("llama")
     assert width_probe(lm.model).tree_exact  # probed before the spy: the probe itself runs views
-    views = []
-    redo = attention._redo_in_views
-    monkeypatch.setattr(attention, "_redo_in_views", lambda *a: (views.append(1), redo(*a)))
+    views = spy_key_views(monkeypatch)
     for text in prompts(4):
         ids = lm.encode(text, raw=True)
         ar = lookahead.generate(lm, ids, max_new_tokens=24, strategy="autoregressive")

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 
 from lookahead.candidates.ngram_cache import NGramCache
 from lookahead.config import GREEDY, GenerationConfig, LookaheadConfig, PromptLookupConfig, SamplingConfig, SpeculativeConfig
-from lookahead.engine.calibration import Calibrator
+from lookahead.engine.calibration import Calibrator, shared_calibrator
 from lookahead.engine.costs import CostCurve
 from lookahead.engine.numerics import width_probe
 from lookahead.engine.sampling import TokenChooser
@@ -53,8 +53,9 @@ def stream_events(
     finished response whatever the strategy. `exact`: pad every pass to the model's width floor where
     one exists (engine/numerics.py), so that every strategy's tokens are bit-identical to padded
     autoregressive decoding at any precision; False runs unpadded (the fastest plain path, identical
-    to the others only up to float rounding). `calibrator`: acceptance estimates shared by the requests of
-    a class (engine/calibration.py; None: this request learns its own); `adaptive`: size each step with
+    to the others only up to float rounding). `calibrator`: acceptance estimates (engine/calibration.py);
+    None: the one this process's requests on the model share for this strategy and decoding mode
+    (greedy or sampled); pass `Calibrator()` for a request that learns alone; `adaptive`: size each step with
     the allocator (engine/allocator.py; False: verify every draft as proposed); `key_views`: exact
     steps may also verify a second chain of the tree, over key views, where the probe found them exact
     (engine/attention.py; off by default: on the 2-core Zen 4 they cost more than they settled,
@@ -74,6 +75,9 @@ def stream_events(
     prompt_ids = loaded.encode(prompt, raw=raw)
     scheduler = Scheduler(loaded, SchedulerConfig(max_batch=1, exact=cfg.exact, widest=cfg.widest_step,
                                                   key_views=key_views))
+    if calibrator is None:
+        mode = "greedy" if cfg.sampling.greedy else "sampled"
+        calibrator = shared_calibrator(loaded.model, f"{cfg.strategy}/{mode}")
     request = Request(loaded, prompt_ids, cfg, draft=draft, ngram_cache=ngram_cache, calibrator=calibrator)
 
     # 2. Prefill: cache all prompt tokens but the last, which is the first step's root.

@@ -18,6 +18,7 @@ import torch
 
 from lookahead.bench.variants import StrategySpec, parse_strategy
 from lookahead.candidates.ngram_cache import NGramCache
+from lookahead.engine.calibration import Calibrator
 from lookahead.config import LookaheadConfig, PromptLookupConfig, SamplingConfig, SpeculativeConfig
 
 HF_GENERATE = "hf_generate"
@@ -79,12 +80,14 @@ def output_digest(token_ids: Sequence[int], eos_ids: Sequence[int]) -> str:
 
 
 def engine_runner(variant: StrategySpec | str) -> Runner:
-    """A runner for one of `lookahead.engine.STRATEGIES`, with the label's parameters. With /cache it
-    keeps one cross-request n-gram cache per request class, warmed by this runner's earlier requests
-    in run order (a resumed run starts them empty)."""
+    """A runner for one of `lookahead.engine.STRATEGIES`, with the label's parameters. Like the server it
+    keeps one calibrator per request class (engine/calibration.py), and with /cache one cross-request
+    n-gram cache per class, both warmed by this runner's earlier requests in run order (a resumed run
+    starts them empty)."""
     if isinstance(variant, str):
         variant = parse_strategy(variant, engine_strategies())
     caches: dict[str, NGramCache] = {}
+    calibrators: dict[str, Calibrator] = {}
 
     def run(loaded: Any, prompt_ids: list[int], spec: RunSpec) -> Measurement:
         import lookahead
@@ -98,7 +101,7 @@ def engine_runner(variant: StrategySpec | str) -> Runner:
             lookahead=variant.lookahead_or(spec.lookahead), sampling=spec.sampling,
             prompt_lookup=cfg if isinstance(cfg, PromptLookupConfig) else None,
             speculative=cfg if isinstance(cfg, SpeculativeConfig) else None, ngram_cache=cache,
-            exact=variant.exact,
+            exact=variant.exact, calibrator=calibrators.setdefault(spec.request_class, Calibrator()),
         )
         wall = time.perf_counter() - wall0
         cpu = time.process_time() - cpu0

@@ -26,12 +26,24 @@ Every candidate offered is scored, whether or not the allocator let it be verifi
 its positions have been generated, it is compared with them (counterfactual scoring). So a source that
 is not verified for a while still has a current estimate, and the estimate never depends on what the
 allocator chose. Decay (per scored guess) lets the estimate follow a request whose text changes.
+
+Sharing (`shared_calibrator`): a fresh calibrator starts every depth at the prior, 1/3, so a chain's
+path probability falls as 3^-d and a new request verifies short chains until its own text has taught
+it otherwise, which for a 128-token answer is most of the answer. Requests on one model therefore
+share one calibrator per strategy and decoding mode in the process (the server: one per request
+class), as the cost curve is shared. Measured by replaying the guesses of 30 held-out workload
+requests (SmolLM2-135M, bf16, 128 tokens): shared, 1.84 tokens per unit of step cost against 1.71
+with a calibrator per request (+7.5%), with 4.8 query rows a step against 3.6. Outputs never depend
+on it: it only sizes steps.
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from lookahead.engine.sources import Candidate
 
@@ -179,3 +191,18 @@ class GuessTracker:
             for i in range(depth):
                 self.calibrator.observe(cand, i + 1, gen[start + i] == cand.tokens[i])
         self._pending = still
+
+
+_shared: weakref.WeakKeyDictionary[Any, dict[str, Calibrator]] = weakref.WeakKeyDictionary()
+_shared_lock = threading.Lock()
+
+
+def shared_calibrator(owner: Any, label: str) -> Calibrator:
+    """The calibrator that every request on `owner` (a model) labelled `label` shares in this process,
+    created on first use and dropped with the model. Label requests whose acceptance differs (another
+    strategy, sampled against greedy text, another request class) apart."""
+    with _shared_lock:
+        per_owner = _shared.setdefault(owner, {})
+        if label not in per_owner:
+            per_owner[label] = Calibrator()
+        return per_owner[label]

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import gc
 import random
+import weakref
 
 import pytest
+import torch
 
-from lookahead.engine.calibration import CalibrationConfig, Calibrator
+import lookahead
+from lookahead import SamplingConfig
+from lookahead.engine.calibration import CalibrationConfig, Calibrator, shared_calibrator
+from lookahead.testing import tiny_model
 from lookahead.engine.sources import Candidate
 
 
@@ -109,3 +115,42 @@ def test_a_shared_calibrator_learns_from_every_request_of_its_class() -> None:
 def test_bad_calibration_settings_are_refused_with_the_value(kwargs: dict) -> None:
     with pytest.raises(ValueError, match="must be"):
         CalibrationConfig(**kwargs)
+
+
+def test_requests_on_one_model_share_a_calibrator_per_strategy_and_mode() -> None:
+    # generate() without a calibrator uses the process's shared one for (model, strategy, greedy/sampled):
+    # the second request starts from what the first taught it, not from the 1/3 prior at every depth.
+    lm = tiny_model("llama", dtype=torch.float64, seed=11)
+    ids = lm.encode("abcabcabcabcabc", raw=True)
+    shared = shared_calibrator(lm.model, "lookahead/greedy")
+    assert not shared.reached
+    first = lookahead.generate(lm, ids, max_new_tokens=12, strategy="lookahead")
+    after_first = dict(shared.reached)
+    assert after_first  # the first request's guesses were scored into the shared estimates
+    second = lookahead.generate(lm, ids, max_new_tokens=12, strategy="lookahead")
+    assert second.token_ids == first.token_ids  # the calibrator sizes steps, never changes tokens
+    assert shared.reached != after_first  # ... and the second request's were scored into the same one
+    # an explicit calibrator learns alone; another strategy or sampled text has its own shared one
+    own = Calibrator()
+    before = dict(shared.reached)
+    lookahead.generate(lm, ids, max_new_tokens=12, strategy="lookahead", calibrator=own)
+    assert own.reached and shared.reached == before
+    lookahead.generate(lm, ids, max_new_tokens=12, strategy="prompt_lookup")
+    lookahead.generate(lm, ids, max_new_tokens=12, strategy="lookahead", sampling=SamplingConfig(temperature=1.0, seed=1))
+    assert shared.reached == before
+    assert shared_calibrator(lm.model, "prompt_lookup/greedy").reached
+    assert shared_calibrator(lm.model, "lookahead/sampled").reached
+
+
+def test_a_shared_calibrator_is_one_object_per_owner_and_label_and_goes_with_its_owner() -> None:
+    class Owner:
+        pass
+
+    a, b = Owner(), Owner()
+    assert shared_calibrator(a, "x") is shared_calibrator(a, "x")
+    assert shared_calibrator(a, "x") is not shared_calibrator(a, "y")
+    assert shared_calibrator(a, "x") is not shared_calibrator(b, "x")
+    gone = weakref.ref(shared_calibrator(b, "x"))
+    del b
+    gc.collect()
+    assert gone() is None  # dropped with the model it was learned on

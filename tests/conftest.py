@@ -10,6 +10,16 @@ settings.register_profile("lookahead", deadline=None)
 settings.load_profile("lookahead")
 
 
+@pytest.fixture(autouse=True)
+def _fresh_shared_calibrators():
+    # generate() shares a calibrator per model in the process (engine/calibration.py); tests reuse cached
+    # models, so each test starts from the prior and none depends on which tests ran before it.
+    from lookahead.engine.calibration import reset_shared_calibrators
+
+    reset_shared_calibrators()
+    yield
+
+
 def pytest_collection_modifyitems(config, items):
     # Run the slow real-model tests last so a quick failure elsewhere shows first.
     items.sort(key=lambda item: item.get_closest_marker("real_model") is not None)

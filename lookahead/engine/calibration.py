@@ -206,3 +206,10 @@ def shared_calibrator(owner: Any, label: str) -> Calibrator:
         if label not in per_owner:
             per_owner[label] = Calibrator()
         return per_owner[label]
+
+
+def reset_shared_calibrators() -> None:
+    """Forget every shared calibrator: the next request on each model starts from the prior again
+    (for runs whose step structure must not depend on what ran before them in the process)."""
+    with _shared_lock:
+        _shared.clear()

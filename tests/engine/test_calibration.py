@@ -11,7 +11,7 @@ import torch
 
 import lookahead
 from lookahead import SamplingConfig
-from lookahead.engine.calibration import CalibrationConfig, Calibrator, shared_calibrator
+from lookahead.engine.calibration import CalibrationConfig, Calibrator, reset_shared_calibrators, shared_calibrator
 from lookahead.testing import tiny_model
 from lookahead.engine.sources import Candidate
 
@@ -154,3 +154,15 @@ def test_a_shared_calibrator_is_one_object_per_owner_and_label_and_goes_with_its
     del b
     gc.collect()
     assert gone() is None  # dropped with the model it was learned on
+
+
+def test_resetting_the_shared_calibrators_starts_every_model_from_the_prior() -> None:
+    class Owner:
+        pass
+
+    owner = Owner()
+    learned = shared_calibrator(owner, "x")
+    learned.observe(Candidate((1,), "s", 0), 1, True)
+    reset_shared_calibrators()
+    fresh = shared_calibrator(owner, "x")
+    assert fresh is not learned and not fresh.reached

@@ -28,6 +28,7 @@ import pytest
 
 import lookahead
 from lookahead import LookaheadConfig, SpeculativeConfig
+from lookahead.engine.calibration import Calibrator
 from lookahead.models import LoadedModel
 
 from .helpers import hf_greedy, model64
@@ -40,7 +41,10 @@ PROMPTS = ["hello hello hello", "lorem ipsum dolor sit amet", "END END", "zzzzzz
 def strategy_kwargs(strategy: str, lm: LoadedModel) -> dict[str, Any]:
     if strategy == "speculative":  # the target drafts for itself: every drafted token is accepted
         return {"strategy": "speculative", "draft": lm, "speculative": SpeculativeConfig(draft_tokens=4)}
-    return {"strategy": "lookahead", "lookahead": LookaheadConfig(2, 4, 4, sources=("context", "jacobi")), "adaptive": False}
+    # a fresh calibrator per decode: its estimates order the tree's guesses, so the free decode and the
+    # stopped one must start from the same state to take the same steps (a shared one learns in between)
+    return {"strategy": "lookahead", "lookahead": LookaheadConfig(2, 4, 4, sources=("context", "jacobi")), "adaptive": False,
+            "calibrator": Calibrator()}
 
 
 def runs_of(lm: LoadedModel, ids: list[int], stop: list[str], **kwargs: Any) -> tuple[list[list[int]], Any]:

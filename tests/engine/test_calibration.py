@@ -12,8 +12,9 @@ import torch
 import lookahead
 from lookahead import SamplingConfig
 from lookahead.engine.calibration import CalibrationConfig, Calibrator, reset_shared_calibrators, shared_calibrator
-from lookahead.testing import tiny_model
 from lookahead.engine.sources import Candidate
+from lookahead.errors import ConfigError
+from lookahead.testing import tiny_model
 
 
 def test_a_guess_is_scored_against_the_tokens_later_generated_at_its_positions() -> None:
@@ -166,3 +167,9 @@ def test_resetting_the_shared_calibrators_starts_every_model_from_the_prior() ->
     reset_shared_calibrators()
     fresh = shared_calibrator(owner, "x")
     assert fresh is not learned and not fresh.reached
+
+
+def test_a_calibrator_that_is_not_one_is_refused_with_what_to_pass() -> None:
+    lm = tiny_model("llama", dtype=torch.float64, seed=11)
+    with pytest.raises(ConfigError, match="calibrator must be a lookahead.engine.calibration.Calibrator"):
+        lookahead.generate(lm, "abc", raw=True, max_new_tokens=2, calibrator={"context": 0.5})

@@ -17,11 +17,11 @@ from collections.abc import Iterator, Sequence
 from lookahead.candidates.ngram_cache import NGramCache
 from lookahead.config import GREEDY, GenerationConfig, LookaheadConfig, PromptLookupConfig, SamplingConfig, SpeculativeConfig
 from lookahead.engine.calibration import Calibrator, shared_calibrator
-from lookahead.errors import ConfigError
 from lookahead.engine.costs import CostCurve
 from lookahead.engine.numerics import width_probe
 from lookahead.engine.sampling import TokenChooser
 from lookahead.engine.step import StepRunner
+from lookahead.errors import ConfigError
 from lookahead.models.loader import LoadedModel, PromptLike
 from lookahead.scheduler.request import GenerationResult, GenerationStats, Request, StepEvent
 from lookahead.scheduler.scheduler import Scheduler, SchedulerConfig, device_costs
@@ -61,6 +61,9 @@ def stream_events(
     steps may also verify a second chain of the tree, over key views, where the probe found them exact
     (engine/attention.py; off by default: on the 2-core Zen 4 they cost more than they settled,
     README "Measured: exact bfloat16 trees")."""
+    if calibrator is not None and not isinstance(calibrator, Calibrator):
+        raise ConfigError(f"calibrator must be a lookahead.engine.calibration.Calibrator (or None: the model's "
+                          f"shared one), got {type(calibrator).__name__}")
     cfg = GenerationConfig(
         max_new_tokens=max_new_tokens,
         strategy=strategy,
@@ -76,9 +79,6 @@ def stream_events(
     prompt_ids = loaded.encode(prompt, raw=raw)
     scheduler = Scheduler(loaded, SchedulerConfig(max_batch=1, exact=cfg.exact, widest=cfg.widest_step,
                                                   key_views=key_views))
-    if calibrator is not None and not isinstance(calibrator, Calibrator):
-        raise ConfigError(f"calibrator must be a lookahead.engine.calibration.Calibrator (or None: the model's "
-                          f"shared one), got {type(calibrator).__name__}")
     if calibrator is None:
         mode = "greedy" if cfg.sampling.greedy else "sampled"
         calibrator = shared_calibrator(loaded.model, f"{cfg.strategy}/{mode}")

@@ -18,8 +18,8 @@ import torch
 
 from lookahead.bench.variants import StrategySpec, parse_strategy
 from lookahead.candidates.ngram_cache import NGramCache
-from lookahead.engine.calibration import Calibrator
 from lookahead.config import LookaheadConfig, PromptLookupConfig, SamplingConfig, SpeculativeConfig
+from lookahead.engine.calibration import Calibrator
 
 HF_GENERATE = "hf_generate"
 HF_PROMPT_LOOKUP = "hf_prompt_lookup"

@@ -18,6 +18,11 @@ autoregressive/unpadded and hf_generate for that prompt and dtype; whole call, p
 the strategy's. Identity is against the padded autoregressive path of the same dtype. Prints a table
 and ends with one JSON line.
 
+What requests learn (the calibrator's acceptance estimates, the recycled successors; engine/shared.py)
+is kept per strategy and repeat and carried from prompt to prompt in order a-f, as `lookahead bench`
+carries it from request to request of a class: prompt a starts cold, f from what a-e taught, and no
+run ever starts from its own prompt's earlier answer.
+
     python benchmarks/bench_prompts.py [--repeats 3] [--max-new-tokens 256] [--dtypes bfloat16,float32] \
         [--variants "1,4,4,7"]
 """
@@ -37,6 +42,8 @@ import torch
 import lookahead
 from lookahead import LookaheadConfig
 from lookahead.bench.prompts import PROMPTS
+from lookahead.candidates.recycling import SuccessorTable
+from lookahead.engine.calibration import Calibrator
 from lookahead.engine.numerics import width_probe
 from lookahead.models import dtypes
 
@@ -53,10 +60,14 @@ def hf_run(lm: lookahead.LoadedModel, ids: list[int], max_new: int) -> dict:
     return {"total_s": total, "token_ids": out[0, len(ids):].tolist(), "tps": 1.0, "q": 1.0}
 
 
+Learned = tuple[Calibrator, SuccessorTable]
+
+
 def ours(lm: lookahead.LoadedModel, ids: list[int], max_new: int, strategy: str, exact: bool = True,
-         cfg: LookaheadConfig | None = None, key_views: bool = False) -> dict:
+         cfg: LookaheadConfig | None = None, key_views: bool = False, learned: Learned | None = None) -> dict:
+    calibrator, successors = learned or (Calibrator(), SuccessorTable())
     r = lookahead.generate(lm, ids, max_new_tokens=max_new, strategy=strategy, lookahead=cfg or LookaheadConfig(),
-                           exact=exact, key_views=key_views)
+                           exact=exact, key_views=key_views, calibrator=calibrator, successors=successors)
     s = r.stats
     return {"total_s": s.total_s, "token_ids": r.token_ids, "tps": s.tokens_per_step,
             "q": s.processed_tokens / max(s.steps, 1), "floor": r.width_floor,
@@ -94,29 +105,33 @@ def main() -> int:
         args.dtypes = "bfloat16,float32" if "bfloat16" in dtypes.supported() else "float32"
     n = args.max_new_tokens
 
-    runs: dict[tuple[str, str], Callable[[list[int]], dict]] = {}
+    runs: dict[tuple[str, str], Callable[[list[int], Learned], dict]] = {}
     models: dict[str, lookahead.LoadedModel] = {}
     for dtype in args.dtypes.split(","):
         lm = models[dtype] = lookahead.load(args.model, dtype=dtype)
-        runs[(dtype, AR)] = lambda ids, lm=lm: ours(lm, ids, n, "autoregressive")
+        runs[(dtype, AR)] = lambda ids, learned, lm=lm: ours(lm, ids, n, "autoregressive", learned=learned)
         if width_probe(lm.model).floor is not None:
-            runs[(dtype, UNPADDED)] = lambda ids, lm=lm: ours(lm, ids, n, "autoregressive", exact=False)
-        runs[(dtype, HF)] = lambda ids, lm=lm: hf_run(lm, ids, n)
+            runs[(dtype, UNPADDED)] = lambda ids, learned, lm=lm: ours(lm, ids, n, "autoregressive", exact=False,
+                                                                      learned=learned)
+        runs[(dtype, HF)] = lambda ids, learned, lm=lm: hf_run(lm, ids, n)
         for strategy in args.strategies.split(","):
-            runs[(dtype, strategy)] = lambda ids, lm=lm, s=strategy: ours(lm, ids, n, s)
+            runs[(dtype, strategy)] = lambda ids, learned, lm=lm, s=strategy: ours(lm, ids, n, s, learned=learned)
         if args.key_views and width_probe(lm.model).tree_exact:
-            runs[(dtype, "lookahead/key-views")] = lambda ids, lm=lm: ours(lm, ids, n, "lookahead", key_views=True)
+            runs[(dtype, "lookahead/key-views")] = lambda ids, learned, lm=lm: ours(lm, ids, n, "lookahead",
+                                                                                  key_views=True, learned=learned)
         for label, cfg in variants.items():
-            runs[(dtype, label)] = lambda ids, lm=lm, c=cfg: ours(lm, ids, n, "lookahead", cfg=c)
+            runs[(dtype, label)] = lambda ids, learned, lm=lm, c=cfg: ours(lm, ids, n, "lookahead", cfg=c,
+                                                                          learned=learned)
     ids_of = {p: next(iter(models.values())).encode(PROMPTS[p]) for p in args.prompts}
     for lm in models.values():  # warm-up
         ours(lm, ids_of[args.prompts[0]], 8, "lookahead")
 
     results: dict[str, dict[tuple[str, str], list[dict]]] = {p: {k: [] for k in runs} for p in args.prompts}
     for rep in range(args.repeats):
+        learned: dict[tuple[str, str], Learned] = {key: (Calibrator(), SuccessorTable()) for key in runs}
         for p in args.prompts:
             for key, fn in runs.items():
-                row = fn(ids_of[p])
+                row = fn(ids_of[p], learned[key])
                 results[p][key].append(row)
                 ref = results[p][(key[0], AR)][0]["token_ids"]
                 # one line per run as it finishes, so an interrupted benchmark still has its data

@@ -16,9 +16,11 @@ from collections.abc import Iterator, Sequence
 
 from lookahead.candidates.ngram_cache import NGramCache
 from lookahead.config import GREEDY, GenerationConfig, LookaheadConfig, PromptLookupConfig, SamplingConfig, SpeculativeConfig
+from lookahead.candidates.recycling import SuccessorTable
 from lookahead.engine.calibration import Calibrator, shared_calibrator
 from lookahead.engine.costs import CostCurve
 from lookahead.engine.numerics import width_probe
+from lookahead.engine.shared import shared
 from lookahead.engine.sampling import TokenChooser
 from lookahead.engine.step import StepRunner
 from lookahead.errors import ConfigError
@@ -47,6 +49,7 @@ def stream_events(
     adaptive: bool = True,
     exact: bool = True,
     calibrator: Calibrator | None = None,
+    successors: SuccessorTable | None = None,
     key_views: bool = False,
 ) -> Iterator[StepEvent]:
     """`draft`: a draft model for strategy "speculative" (else `speculative.draft` is resolved);
@@ -56,7 +59,10 @@ def stream_events(
     autoregressive decoding at any precision; False runs unpadded (the fastest plain path, identical
     to the others only up to float rounding). `calibrator`: acceptance estimates (engine/calibration.py);
     None: the one this process's requests on the model share for this strategy and decoding mode
-    (greedy or sampled); pass `Calibrator()` for a request that learns alone; `adaptive`: size each step with
+    (greedy or sampled), and then also the model's recycled successors (engine/shared.py); pass
+    `Calibrator()` for a request that learns alone; `successors`: the recycled successors
+    (candidates/recycling.SuccessorTable) to learn into and guess from (None: the shared table when
+    `calibrator` is None, else this request's own); `adaptive`: size each step with
     the allocator (engine/allocator.py; False: verify every draft as proposed); `key_views`: exact
     steps may also verify a second chain of the tree, over key views, where the probe found them exact
     (engine/attention.py; off by default: on the 2-core Zen 4 they cost more than they settled,
@@ -64,6 +70,9 @@ def stream_events(
     if calibrator is not None and not isinstance(calibrator, Calibrator):
         raise ConfigError(f"calibrator must be a lookahead.engine.calibration.Calibrator (or None: the model's "
                           f"shared one), got {type(calibrator).__name__}")
+    if successors is not None and not isinstance(successors, SuccessorTable):
+        raise ConfigError(f"successors must be a lookahead.candidates.recycling.SuccessorTable (or None), "
+                          f"got {type(successors).__name__}")
     cfg = GenerationConfig(
         max_new_tokens=max_new_tokens,
         strategy=strategy,
@@ -79,10 +88,13 @@ def stream_events(
     prompt_ids = loaded.encode(prompt, raw=raw)
     scheduler = Scheduler(loaded, SchedulerConfig(max_batch=1, exact=cfg.exact, widest=cfg.widest_step,
                                                   key_views=key_views))
-    if calibrator is None:
-        mode = "greedy" if cfg.sampling.greedy else "sampled"
-        calibrator = shared_calibrator(loaded.model, f"{cfg.strategy}/{mode}")
-    request = Request(loaded, prompt_ids, cfg, draft=draft, ngram_cache=ngram_cache, calibrator=calibrator)
+    if calibrator is None:  # what earlier requests of this kind learned (engine/shared.py)
+        label = f"{cfg.strategy}/{'greedy' if cfg.sampling.greedy else 'sampled'}"
+        calibrator = shared_calibrator(loaded.model, label)
+        if successors is None:
+            successors = shared(loaded.model, "successors", label, SuccessorTable)
+    request = Request(loaded, prompt_ids, cfg, draft=draft, ngram_cache=ngram_cache, calibrator=calibrator,
+                      successors=successors)
 
     # 2. Prefill: cache all prompt tokens but the last, which is the first step's root.
     scheduler.add(request)

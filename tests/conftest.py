@@ -11,12 +11,13 @@ settings.load_profile("lookahead")
 
 
 @pytest.fixture(autouse=True)
-def _fresh_shared_calibrators():
-    # generate() shares a calibrator per model in the process (engine/calibration.py); tests reuse cached
-    # models, so each test starts from the prior and none depends on which tests ran before it.
-    from lookahead.engine.calibration import reset_shared_calibrators
+def _fresh_shared_state():
+    # generate() shares a calibrator and recycled successors per model in the process (engine/shared.py);
+    # tests reuse cached models, so each test starts from the priors and none depends on which tests ran
+    # before it.
+    from lookahead.engine.shared import reset_shared
 
-    reset_shared_calibrators()
+    reset_shared()
     yield
 
 

@@ -61,11 +61,11 @@ def select_requests(requests: Sequence[Request], *, limit_per_class: int | None,
     return [r for _, r in out]
 
 
-def spec_for(req: Request, cfg: BenchConfig) -> RunSpec:
+def spec_for(req: Request, cfg: BenchConfig, repeat: int = 0) -> RunSpec:
     sampling = SamplingConfig(temperature=req.temperature, top_k=req.top_k, top_p=req.top_p,
                               seed=req.effective_seed % (2**63))
     return RunSpec(max_new_tokens=req.max_tokens or cfg.max_new_tokens, sampling=sampling, lookahead=cfg.lookahead,
-                   request_class=req.cls)
+                   request_class=req.cls, repeat=repeat)
 
 
 def encode(loaded: Any, req: Request) -> list[int]:
@@ -186,7 +186,7 @@ def run_bench(cfg: BenchConfig, loaded: Any, requests: Sequence[Request], *, err
     bar = _progress(len(work), cfg.progress)
 
     def measure(req: Request, s: str, rep: int) -> None:
-        spec = spec_for(req, cfg)
+        spec = spec_for(req, cfg, rep)
         ids = prompt_ids(req, spec)
         if ids is None:
             return

@@ -18,6 +18,7 @@ import torch
 
 from lookahead.bench.variants import StrategySpec, parse_strategy
 from lookahead.candidates.ngram_cache import NGramCache
+from lookahead.candidates.recycling import SuccessorTable
 from lookahead.config import LookaheadConfig, PromptLookupConfig, SamplingConfig, SpeculativeConfig
 from lookahead.engine.calibration import Calibrator
 
@@ -35,6 +36,7 @@ class RunSpec:
     sampling: SamplingConfig
     lookahead: LookaheadConfig
     request_class: str = ""
+    repeat: int = 0  # which pass over the requests (what a class learned is kept per pass)
 
 
 @dataclass(frozen=True)
@@ -81,18 +83,21 @@ def output_digest(token_ids: Sequence[int], eos_ids: Sequence[int]) -> str:
 
 def engine_runner(variant: StrategySpec | str) -> Runner:
     """A runner for one of `lookahead.engine.STRATEGIES`, with the label's parameters. Like the server it
-    keeps one calibrator per request class (engine/calibration.py), and with /cache one cross-request
-    n-gram cache per class, both warmed by this runner's earlier requests in run order (a resumed run
-    starts them empty)."""
+    keeps one calibrator and one table of recycled successors per request class (engine/shared.py), and
+    with /cache one cross-request n-gram cache per class, all warmed by this runner's earlier requests
+    in run order (a resumed run starts them empty). The calibrator and the successors are kept per
+    repeat too: a request's second repeat must not find its own first answer's successors."""
     if isinstance(variant, str):
         variant = parse_strategy(variant, engine_strategies())
     caches: dict[str, NGramCache] = {}
-    calibrators: dict[str, Calibrator] = {}
+    calibrators: dict[tuple[str, int], Calibrator] = {}
+    successors: dict[tuple[str, int], SuccessorTable] = {}
 
     def run(loaded: Any, prompt_ids: list[int], spec: RunSpec) -> Measurement:
         import lookahead
 
         cache = caches.setdefault(spec.request_class, NGramCache()) if variant.ngram_cache else None
+        learned = (spec.request_class, spec.repeat)
         cfg = variant.config
         cpu0 = time.process_time()
         wall0 = time.perf_counter()
@@ -101,7 +106,8 @@ def engine_runner(variant: StrategySpec | str) -> Runner:
             lookahead=variant.lookahead_or(spec.lookahead), sampling=spec.sampling,
             prompt_lookup=cfg if isinstance(cfg, PromptLookupConfig) else None,
             speculative=cfg if isinstance(cfg, SpeculativeConfig) else None, ngram_cache=cache,
-            exact=variant.exact, calibrator=calibrators.setdefault(spec.request_class, Calibrator()),
+            exact=variant.exact, calibrator=calibrators.setdefault(learned, Calibrator()),
+            successors=successors.setdefault(learned, SuccessorTable()),
         )
         wall = time.perf_counter() - wall0
         cpu = time.process_time() - cpu0

@@ -12,7 +12,13 @@ nothing at start. As in the paper the newest top-k for a token replaces its old 
 the last row for a token wins). Then the step's accepted succession (the root before the step, then
 every accepted token) is applied: each token actually observed after x is moved to the front of x's
 row (inserted when missing, the row cut back to top_k) and remembered as x's confirmed successor.
-The adjacency is kept across requests if the source object is (the paper's hot start).
+The adjacency lives in a `SuccessorTable` that the requests of one model and label share (the paper's
+hot start: its matrix is inherited across queries), so a request's first steps already have successors
+for tokens that earlier requests saw. A row this request has not written itself is *inherited*: it
+comes from another context, so guesses that start from one are calibrated apart (feature + 10).
+Measured on held-out workload requests (SmolLM2-135M bf16, 12 per class, interleaved, shared table
+against one per request): tokens per step +12% on math, +5% code, +1% function calling, -0.3% chat,
+-0.7% summarization; paired speed 1.00x-1.13x.
 
 Candidates. A best-first tree from the root. The child of token x at rank r is x's successor at
 rank r; a path's score is the product of a per-rank prior, geometric in rank:
@@ -28,8 +34,9 @@ are emitted in the order their branches were created (so best branch point first
 max_tokens long; they are distinct leaves of one tree, so none is a prefix of another. Paths may
 repeat tokens (a -> b -> a -> b): depth is bounded by max_tokens, so cycles cannot loop.
 
-Feature (< 10): rank of the path's first token under the root (0, 1, 2, 3; 4 for rank >= 4), plus 5
-when that token is the root's confirmed successor (it was actually seen to follow the root).
+Feature (< 20): rank of the path's first token under the root (0, 1, 2, 3; 4 for rank >= 4), plus 5
+when that token is the root's confirmed successor (it was actually seen to follow the root), plus 10
+when the root's row is inherited from another request.
 
 Cost (pure Python, CPython 3.11, best of 5 timeit runs on a shared 2-core machine, adjacency of
 5,000 random rows, top_k 8): observe with 10 successor rows and 3 accepted tokens ~6 us; candidates
@@ -46,6 +53,23 @@ from lookahead.engine.sources import Candidate, Observation
 
 _RANK_BUCKETS = 5  # first-token rank 0..3, and 4 for 4+
 _CONFIRMED = 5  # added to the feature when the first token is the root's confirmed successor
+_INHERITED = 10  # added when the root's row was written by another request (a shared table)
+
+
+class SuccessorTable:
+    """token -> the model's top-k next tokens after it, best first (`adj`), and the token last seen to
+    follow it (`confirmed`). One table may serve many requests in turn (`engine/shared.py`); it holds
+    at most one row per vocabulary entry."""
+
+    def __init__(self, top_k: int = 8) -> None:
+        if top_k < 1:
+            raise ValueError(f"top_k must be >= 1, got {top_k}")
+        self.top_k = top_k
+        self.adj: dict[int, tuple[int, ...]] = {}
+        self.confirmed: dict[int, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.adj)
 
 
 class RecyclingSource:
@@ -53,18 +77,21 @@ class RecyclingSource:
 
     name: str = "recycle"
 
-    def __init__(self, top_k: int = 8, max_nodes: int = 64, first_prob: float = 0.6, rank_decay: float = 0.4) -> None:
-        if top_k < 1:
-            raise ValueError(f"top_k must be >= 1, got {top_k}")
+    def __init__(self, top_k: int = 8, max_nodes: int = 64, first_prob: float = 0.6, rank_decay: float = 0.4,
+                 table: SuccessorTable | None = None) -> None:
+        if table is not None and table.top_k != top_k:
+            raise ValueError(f"a table of top-{table.top_k} rows for a source of top_k {top_k}")
         if max_nodes < 1:
             raise ValueError(f"max_nodes must be >= 1, got {max_nodes}")
         if not (0.0 < first_prob <= 1.0 and 0.0 < rank_decay < 1.0):
             raise ValueError(f"need 0 < first_prob <= 1 and 0 < rank_decay < 1, got {first_prob}, {rank_decay}")
+        self.table = table if table is not None else SuccessorTable(top_k)  # validates top_k
         self.top_k = top_k
         self.max_nodes = max_nodes
         self.prior: tuple[float, ...] = tuple(first_prob * rank_decay**r for r in range(top_k))
-        self.adj: dict[int, tuple[int, ...]] = {}
-        self.confirmed: dict[int, int] = {}
+        self.adj = self.table.adj
+        self.confirmed = self.table.confirmed
+        self.own: set[int] = set()  # tokens whose row this request wrote (the others are inherited)
 
     # -- learning -------------------------------------------------------------------------------
     def observe(self, obs: Observation) -> None:
@@ -75,6 +102,7 @@ class RecyclingSource:
             if len(set(nxt)) != len(nxt):  # never expected from a top-k, but duplicates would duplicate paths
                 nxt = tuple(dict.fromkeys(nxt))
             adj[token] = nxt
+            self.own.add(token)
         accepted = obs.accepted
         if not accepted:
             return
@@ -89,6 +117,7 @@ class RecyclingSource:
     def _promote(self, token: int, nxt: int) -> None:
         """`nxt` was seen to follow `token`: put it first in token's row."""
         self.confirmed[token] = nxt
+        self.own.add(token)
         row = self.adj.get(token, ())
         if row and row[0] == nxt:
             return
@@ -153,10 +182,11 @@ class RecyclingSource:
 
         first_row = adj[root]
         confirmed = self.confirmed.get(root)
+        inherited = _INHERITED if root not in self.own else 0
         out: list[Candidate] = []
         for node in leaves:
             path = paths[node]
             rank = first_row.index(path[0])
-            feature = min(rank, _RANK_BUCKETS - 1) + (_CONFIRMED if path[0] == confirmed else 0)
+            feature = min(rank, _RANK_BUCKETS - 1) + (_CONFIRMED if path[0] == confirmed else 0) + inherited
             out.append(Candidate(tokens=path, source=self.name, feature=feature))
         return out

@@ -15,7 +15,7 @@ from lookahead.candidates.context import CacheSource, ContextSource
 from lookahead.candidates.lookahead import JacobiSource
 from lookahead.candidates.ngram_cache import NGramCache
 from lookahead.candidates.pool import PoolConfig, SourcePool
-from lookahead.candidates.recycling import RecyclingSource
+from lookahead.candidates.recycling import RecyclingSource, SuccessorTable
 from lookahead.candidates.speculative import SpeculativeProposer
 from lookahead.candidates.suffix import SuffixSource
 from lookahead.config import STRATEGIES, GenerationConfig
@@ -49,6 +49,7 @@ class ProposerInputs:
     draft: LoadedModel | None = None  # an explicit draft model for "speculative"
     ngram_cache: NGramCache | None = None  # cross-request n-grams (the "cache" source)
     calibrator: Calibrator | None = None  # shared by a request class; None: this request's own
+    successors: SuccessorTable | None = None  # recycled successors, shared likewise; None: this request's own
 
 
 def _jacobi(x: ProposerInputs) -> CandidateSource:
@@ -67,7 +68,7 @@ SOURCES: dict[str, Callable[[ProposerInputs], CandidateSource | None]] = {
     "context": _context,
     "cache": lambda x: CacheSource(x.ngram_cache) if x.ngram_cache is not None else None,
     "jacobi": _jacobi,
-    "recycle": lambda x: RecyclingSource(),
+    "recycle": lambda x: RecyclingSource(table=x.successors),
     "suffix": lambda x: SuffixSource(x.prompt),
 }
 

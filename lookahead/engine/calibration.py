@@ -39,12 +39,11 @@ on it: it only sizes steps.
 
 from __future__ import annotations
 
-import threading
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from lookahead.engine.shared import shared
 from lookahead.engine.sources import Candidate
 
 Key = tuple[str, int, int]  # (source, feature, depth)
@@ -193,23 +192,7 @@ class GuessTracker:
         self._pending = still
 
 
-_shared: weakref.WeakKeyDictionary[Any, dict[str, Calibrator]] = weakref.WeakKeyDictionary()
-_shared_lock = threading.Lock()
-
-
 def shared_calibrator(owner: Any, label: str) -> Calibrator:
-    """The calibrator that every request on `owner` (a model) labelled `label` shares in this process,
-    created on first use and dropped with the model. Label requests whose acceptance differs (another
-    strategy, sampled against greedy text, another request class) apart."""
-    with _shared_lock:
-        per_owner = _shared.setdefault(owner, {})
-        if label not in per_owner:
-            per_owner[label] = Calibrator()
-        return per_owner[label]
-
-
-def reset_shared_calibrators() -> None:
-    """Forget every shared calibrator: the next request on each model starts from the prior again
-    (for runs whose step structure must not depend on what ran before them in the process)."""
-    with _shared_lock:
-        _shared.clear()
+    """The calibrator that every request on `owner` (a model) labelled `label` shares in this process
+    (engine/shared.py), created on first use and dropped with the model."""
+    return shared(owner, "calibrator", label, Calibrator)

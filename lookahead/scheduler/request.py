@@ -13,6 +13,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 
 from lookahead.candidates.ngram_cache import NGramCache
+from lookahead.candidates.recycling import SuccessorTable
 from lookahead.candidates.registry import ProposerInputs, make_proposer
 from lookahead.config import GenerationConfig
 from lookahead.engine.allocator import Allocation, Candidates, chain_first
@@ -92,11 +93,12 @@ class StepEvent:
 class Request:
     """One request: prompt ids, its configuration and the sources it proposes from. `ngram_cache`:
     cross-request n-grams, updated with the response when it finishes; `calibrator`: acceptance
-    estimates shared by the requests of a class (None: this request learns its own)."""
+    estimates shared by the requests of a class, `successors`: the model's recycled successors, shared
+    likewise (candidates/recycling.py; None: this request learns its own)."""
 
     def __init__(self, loaded: LoadedModel, prompt_ids: list[int], cfg: GenerationConfig, *,
                  draft: LoadedModel | None = None, ngram_cache: NGramCache | None = None,
-                 calibrator: Calibrator | None = None) -> None:
+                 calibrator: Calibrator | None = None, successors: SuccessorTable | None = None) -> None:
         if len(prompt_ids) + cfg.max_new_tokens > loaded.context_length:
             raise PromptError(
                 f"prompt ({len(prompt_ids)} tokens) + max_new_tokens ({cfg.max_new_tokens}) exceeds the model's "
@@ -109,7 +111,7 @@ class Request:
         vocab = loaded.model.get_output_embeddings().weight.shape[0]
         self.chooser = TokenChooser(cfg.sampling, vocab)
         self.proposer: Proposer = make_proposer(ProposerInputs(cfg, self.prompt_ids, loaded, self.chooser, draft,
-                                                               ngram_cache, calibrator))
+                                                               ngram_cache, calibrator, successors))
         self.top_k: int = getattr(self.proposer, "top_k", 0)  # sources that recycle the model's top-k predictions
         self.ngram_cache = ngram_cache
         self.state = StopState(loaded.tokenizer, loaded.eos_token_ids, cfg.max_new_tokens, cfg.stop)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lookahead.candidates.ngram_cache import NGramCaches
+from lookahead.candidates.recycling import SuccessorTable
 from lookahead.config import GenerationConfig
 from lookahead.engine.calibration import Calibrator
 from lookahead.errors import LookaheadError
@@ -165,7 +166,8 @@ class BatchWorker(ModelWorker):
                                    stop=spec.stop, adaptive=self._adaptive, exact=self._config.exact,
                                    **spec.decision.engine_kwargs())
             request = Request(self._loaded, list(spec.prompt_ids), cfg, draft=spec.draft, ngram_cache=cache,
-                              calibrator=self._calibrators.setdefault(spec.label, Calibrator()))
+                              calibrator=self._calibrators.setdefault(spec.label, Calibrator()),
+                              successors=self._successors.setdefault(spec.label, SuccessorTable()))
             run = _Running(job, request, time.monotonic())
             scheduler.add(request)
         except LookaheadError as exc:

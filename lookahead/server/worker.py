@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lookahead.candidates.ngram_cache import NGramCaches
+from lookahead.candidates.recycling import SuccessorTable
 from lookahead.engine.calibration import Calibrator
 from lookahead.config import SamplingConfig
 from lookahead.errors import LookaheadError
@@ -153,6 +154,7 @@ class ModelWorker:
         self._metrics = metrics
         self._caches = ngram_caches  # per class label; only this thread writes them
         self._calibrators: dict[str, Calibrator] = {}  # per class label: what its guesses' acceptance has been
+        self._successors: dict[str, SuccessorTable] = {}  # per class label: the model's recycled successors
         self._stream: StreamFn = stream_fn if stream_fn is not None else _engine_stream()
         self._queue: queue.Queue[Job | None] = queue.Queue(maxsize=max_queue)
         self._thread: threading.Thread | None = None
@@ -278,6 +280,7 @@ class ModelWorker:
         cache = self._caches.get(spec.label) if self._caches is not None and spec.ngram_cache else None
         extra: dict[str, Any] = {} if cache is None else {"ngram_cache": cache}
         extra["calibrator"] = self._calibrators.setdefault(spec.label, Calibrator())
+        extra["successors"] = self._successors.setdefault(spec.label, SuccessorTable())
         if spec.draft is not None:
             extra["draft"] = spec.draft
         try:

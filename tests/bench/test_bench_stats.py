@@ -162,3 +162,29 @@ def test_decision_table_hand_case() -> None:
     assert (c["fastest"], c["cheapest"]) == ("lookahead", "lookahead")
     assert c["primary_vs"]["prompt_lookup"]["median"] == pytest.approx(0.45)
     assert c["primary_vs"]["prompt_lookup"]["paired_n"] == 2
+
+
+def test_the_engine_runner_keeps_what_a_class_learned_per_class_and_repeat(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Requests of one class, in one repeat, share a calibrator and recycled successors; another class or
+    another repeat does not (a repeat must not start from its own request's first answer)."""
+    import lookahead
+    from lookahead.bench.runners import RunSpec, engine_runner
+    from lookahead.config import SamplingConfig
+    from lookahead.testing import tiny_model
+
+    real, seen = lookahead.generate, []
+
+    def spy(*args: object, **kwargs: object) -> object:
+        seen.append((kwargs["calibrator"], kwargs["successors"]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(lookahead, "generate", spy)
+    m = tiny_model("llama", seed=0)
+    ids = m.encode("hello hello hello")
+    run = engine_runner("lookahead")
+    for cls, rep in [("code", 0), ("code", 0), ("chat", 0), ("code", 1)]:
+        run(m, ids, RunSpec(8, SamplingConfig(), LookaheadConfig(), request_class=cls, repeat=rep))
+    (cal0, suc0), (cal1, suc1), (cal2, suc2), (cal3, suc3) = seen
+    assert cal0 is cal1 and suc0 is suc1 and len(suc0)  # the second code request starts from the first's
+    assert cal2 is not cal0 and suc2 is not suc0  # another class
+    assert cal3 is not cal0 and suc3 is not suc0  # another repeat

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from lookahead.candidates.recycling import RecyclingSource
+from lookahead.candidates.recycling import RecyclingSource, SuccessorTable
 from lookahead.engine.sources import Candidate, CandidateSource, Observation, WantsSuccessors
 
 
@@ -200,3 +200,33 @@ def test_cycles_bounded_by_max_tokens() -> None:
     cands = src.candidates([1], max_tokens=6, limit=5)
     assert cands[0].tokens == (2, 1, 2, 1, 2, 1)
     assert_well_formed(cands, 6, 5)
+
+
+def test_a_shared_table_hot_starts_the_next_request_and_marks_inherited_rows() -> None:
+    # Request one learns 1 -> (2, 3) and 2 -> (4,) into a shared table. Request two, on the same table,
+    # guesses from those rows at its very first step, before it has computed any logits itself; its
+    # guesses start from an inherited row, so their feature is the rank plus 10.
+    table = SuccessorTable()
+    first = RecyclingSource(table=table)
+    learn(first, [(1, (2, 3)), (2, (4,))])
+    assert [c.feature for c in first.candidates([1], max_tokens=2, limit=2)] == [0, 1]  # its own rows
+    second = RecyclingSource(table=table)
+    cands = second.candidates([1], max_tokens=2, limit=2)
+    assert toks(cands) == [(2, 4), (3,)]
+    assert [c.feature for c in cands] == [10, 11]
+    # Once request two computes 1's successors itself, the row is its own again (and newest wins).
+    learn(second, [(1, (3, 2))])
+    cands = second.candidates([1], max_tokens=2, limit=2)
+    assert toks(cands) == [(3,), (2, 4)] and [c.feature for c in cands] == [0, 1]
+    # A token seen to follow the root makes the row its own too (confirmed: + 5).
+    third = RecyclingSource(table=table)
+    learn(third, [], context=[1, 3], accepted=[3])
+    assert [c.feature for c in third.candidates([1], max_tokens=1, limit=1)] == [5]
+    assert len(table) == 2
+
+
+def test_a_table_of_other_width_is_refused() -> None:
+    with pytest.raises(ValueError, match="top-8 rows for a source of top_k 4"):
+        RecyclingSource(top_k=4, table=SuccessorTable(8))
+    with pytest.raises(ValueError, match="top_k must be >= 1"):
+        SuccessorTable(0)

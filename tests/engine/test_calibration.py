@@ -11,7 +11,9 @@ import torch
 
 import lookahead
 from lookahead import SamplingConfig
-from lookahead.engine.calibration import CalibrationConfig, Calibrator, reset_shared_calibrators, shared_calibrator
+from lookahead.engine.calibration import CalibrationConfig, Calibrator, shared_calibrator
+from lookahead.candidates.recycling import SuccessorTable
+from lookahead.engine.shared import reset_shared, shared
 from lookahead.engine.sources import Candidate
 from lookahead.errors import ConfigError
 from lookahead.testing import tiny_model
@@ -143,6 +145,41 @@ def test_requests_on_one_model_share_a_calibrator_per_strategy_and_mode() -> Non
     assert shared_calibrator(lm.model, "lookahead/sampled").reached
 
 
+def test_requests_on_one_model_share_recycled_successors_like_their_calibrator() -> None:
+    # The model's top-k successors recycled by one request are there for the next one's first steps
+    # (token recycling's hot start); a request with its own calibrator learns them alone too, unless it
+    # is handed a table.
+    lm = tiny_model("llama", dtype=torch.float64, seed=11)
+    ids = lm.encode("abcabcabcabcabc", raw=True)
+    table = shared(lm.model, "successors", "lookahead/greedy", SuccessorTable)
+    assert not len(table)
+    first = lookahead.generate(lm, ids, max_new_tokens=12, strategy="lookahead")
+    rows = dict(table.adj)
+    assert rows  # the first request's rows went into the shared table
+    other = lm.encode("cbacbacba", raw=True)
+    assert lookahead.generate(lm, other, max_new_tokens=12, strategy="lookahead").token_ids == \
+        lookahead.generate(lm, other, max_new_tokens=12, strategy="autoregressive").token_ids  # hot, still exact
+    assert lookahead.generate(lm, ids, max_new_tokens=12, strategy="lookahead").token_ids == first.token_ids
+    before = dict(table.adj)
+    lookahead.generate(lm, [t + 1 for t in ids], max_new_tokens=12, strategy="lookahead", calibrator=Calibrator())
+    assert table.adj == before  # learned alone
+    mine = SuccessorTable()
+    lookahead.generate(lm, ids, max_new_tokens=12, strategy="lookahead", calibrator=Calibrator(), successors=mine)
+    assert len(mine) and table.adj == before
+    with pytest.raises(ConfigError, match="successors must be a lookahead.candidates.recycling.SuccessorTable"):
+        lookahead.generate(lm, ids, max_new_tokens=4, strategy="lookahead", successors={})
+
+
+def test_shared_objects_are_one_per_owner_kind_and_label() -> None:
+    class Owner:
+        pass
+
+    a = Owner()
+    assert shared(a, "k", "x", list) is shared(a, "k", "x", list)
+    assert shared(a, "k", "x", list) is not shared(a, "other", "x", list)
+    assert shared(a, "calibrator", "x", Calibrator) is shared_calibrator(a, "x")
+
+
 def test_a_shared_calibrator_is_one_object_per_owner_and_label_and_goes_with_its_owner() -> None:
     class Owner:
         pass
@@ -164,7 +201,7 @@ def test_resetting_the_shared_calibrators_starts_every_model_from_the_prior() ->
     owner = Owner()
     learned = shared_calibrator(owner, "x")
     learned.observe(Candidate((1,), "s", 0), 1, True)
-    reset_shared_calibrators()
+    reset_shared()
     fresh = shared_calibrator(owner, "x")
     assert fresh is not learned and not fresh.reached
 

@@ -95,17 +95,24 @@ def allocate_batch(requests: Sequence[Candidates], cost: Callable[[int], float],
     most = max(least, min(max_width, (max_rows // b) if max_rows else max_width))
     chains = [_best_within(r, most, branches=False) for r in requests]  # [B][w] -> Allocation (one path)
     # any subtree where branches are free; two chains (one key view each) where they are not
-    trees = [_best_within(r, most, branches=True, two_chains=views_cost is not None) for r in requests]
+    trees = chains if all(r.chain_only for r in requests) else \
+        [_best_within(r, most, branches=True, two_chains=views_cost is not None) for r in requests]
+    plain = {w: cost(b * w) for w in range(least, most + 1)}  # each width priced once per step
+    viewed: dict[int, float] = {}
     best_w, best_rate, best_kind = least, -1.0, chains
     for w in range(least, most + 1):
-        for kind in (chains, trees):
+        for kind in (chains,) if trees is chains else (chains, trees):
             options = [per_width[w] for per_width in kind]
-            branched = views_cost is not None and any(o.branches for o in options)
-            rate = sum(o.expected for o in options) / (views_cost if branched else cost)(b * w)  # type: ignore[operator]
+            price = plain[w]
+            if views_cost is not None and any(o.branches for o in options):
+                if w not in viewed:
+                    viewed[w] = views_cost(b * w)
+                price = viewed[w]
+            rate = sum(o.expected for o in options) / price
             if rate > best_rate + 1e-12:
                 best_w, best_rate, best_kind = w, rate, kind
     options = [per_width[best_w] for per_width in best_kind]
-    shared = (views_cost if views_cost is not None and any(o.branches for o in options) else cost)(b * best_w)
+    shared = viewed[best_w] if views_cost is not None and any(o.branches for o in options) else plain[best_w]
     return [replace(o, cost=shared) for o in options]
 
 

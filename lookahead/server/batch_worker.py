@@ -167,7 +167,8 @@ class BatchWorker(ModelWorker):
                                    **spec.decision.engine_kwargs())
             request = Request(self._loaded, list(spec.prompt_ids), cfg, draft=spec.draft, ngram_cache=cache,
                               calibrator=self._calibrators.setdefault(spec.label, Calibrator()),
-                              successors=self._successors.setdefault(spec.label, SuccessorTable()))
+                              successors=self._successors.setdefault(spec.label, SuccessorTable())
+                              if spec.ngram_cache else SuccessorTable())
             run = _Running(job, request, time.monotonic())
             scheduler.add(request)
         except LookaheadError as exc:

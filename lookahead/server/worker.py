@@ -44,7 +44,8 @@ class JobSpec:
     stop: tuple[str, ...]
     label: str  # the request class as a metrics label
     draft: Any = None  # the policy's preloaded draft model (LoadedModel) for a speculative decision
-    ngram_cache: bool = True  # may use its class's n-gram cache (False: its API key is not bound to the class)
+    ngram_cache: bool = True  # may use its class's n-gram cache and recycled successors (False: its API key
+    #                           is not bound to the class)
 
     @property
     def strategy(self) -> str:
@@ -280,7 +281,8 @@ class ModelWorker:
         cache = self._caches.get(spec.label) if self._caches is not None and spec.ngram_cache else None
         extra: dict[str, Any] = {} if cache is None else {"ngram_cache": cache}
         extra["calibrator"] = self._calibrators.setdefault(spec.label, Calibrator())
-        extra["successors"] = self._successors.setdefault(spec.label, SuccessorTable())
+        if spec.ngram_cache:  # the class's recycled successors hold its text: shared like its n-gram cache
+            extra["successors"] = self._successors.setdefault(spec.label, SuccessorTable())
         if spec.draft is not None:
             extra["draft"] = spec.draft
         try:

@@ -172,9 +172,11 @@ def test_api_key_file(tmp_path: Path) -> None:
 
 def test_a_key_uses_only_the_caches_of_its_classes(tiny: Any) -> None:
     used: list[bool] = []
+    tables: list[Any] = []
 
     def recording(*args: Any, **kwargs: Any) -> Iterator[Any]:
         used.append("ngram_cache" in kwargs)
+        tables.append(kwargs.get("successors"))  # the class's recycled successors hold its text too
         return lookahead.stream_events(*args, **kwargs)
 
     config = ServerConfig(
@@ -187,6 +189,7 @@ def test_a_key_uses_only_the_caches_of_its_classes(tiny: Any) -> None:
             with server.http(headers={"Authorization": "Bearer sk-ops"}) as http:
                 entries.append(value(samples(http.get("/metrics").text), "lookahead_ngram_cache_entries", request_class="code"))
     assert used == [False, True, True]  # sk-b is not bound to "code": no cache read, none written
+    assert tables[0] is None and tables[1] is not None and tables[2] is tables[1]  # ... and its own successors
     assert entries[0] == 0 and entries[1] > 0
 
 

@@ -15,9 +15,7 @@ Each step:
 The generation loop then sizes the step with the allocator (engine/allocator.py). After the step every
 source sees the outcome (engine/sources.Observation).
 
-The aux branch's worth: the tokens its n-grams got accepted per step while it ran (an EMA), counting
-only those along paths no other source offered in that step (what the window adds, not what it
-repeats). While it
+The aux branch's worth: the tokens its n-grams got accepted per step while it ran (an EMA). While it
 does not run that estimate is not refreshed, so it drifts back to the optimistic prior over
 `explore_every` steps and the window gets tried again. (A batched step runs no window at all:
 lookahead/scheduler/request.py.)
@@ -70,7 +68,6 @@ class SourcePool:
         self.aux_worth = cfg.aux_prior
         self._idle = 0  # steps since the aux branch last ran
         self._firsts: list[tuple[int, float]] = []  # this step's first tokens and their uncorrected probabilities
-        self._offered_without_aux: set[tuple[int, ...]] = set()  # this step's guessed paths, the aux source's aside
 
     def propose(self, context: Sequence[int], budget: int) -> Draft:
         n = min(self.cfg.max_tokens, budget)
@@ -79,9 +76,6 @@ class SourcePool:
             for source in self.sources:
                 guesses.extend(source.candidates(context, n, self.cfg.per_source))
         self.tracker.offer(guesses)
-        if self.aux_source is not None:  # what the other sources offered: the window earns only beyond it
-            self._offered_without_aux = {g.tokens[:i] for g in guesses if g.source != self.aux_name
-                                         for i in range(1, len(g.tokens) + 1)}
         scored = [(self.calibrator.path_probabilities(g), g) for g in guesses]
         scored.sort(key=lambda item: sum(item[0]), reverse=True)  # stable: sources keep their own order on ties
         tree = CandidateTree()
@@ -116,9 +110,7 @@ class SourcePool:
             self.calibrator.observe_siblings([p for _, p in self._firsts], hit)
         if self.aux_source is not None:
             if outcome.aux_out:
-                # Its marginal tokens: accepted from its n-grams where no other source offered the same path.
-                earned = sum(1 for i, s in enumerate(outcome.accepted_sources) if s == self.aux_name
-                             and tuple(outcome.accepted[: i + 1]) not in self._offered_without_aux)
+                earned = sum(1 for s in outcome.accepted_sources if s == self.aux_name)
                 self.aux_worth = self.cfg.decay * self.aux_worth + (1 - self.cfg.decay) * earned
                 self._idle = 0
             else:

@@ -287,30 +287,6 @@ def test_runner_up_first_tokens_are_discounted_by_what_the_model_did() -> None:
     assert cal.sibling_factor(3) == cal.sibling_factor(7) == pytest.approx((1 + 3) / (0.2 * 0.98 + 0.1 + 3))
 
 
-
-def test_the_window_earns_only_the_tokens_no_other_source_offered() -> None:
-    # The Jacobi window is worth its rows only for what it adds: a token accepted from one of its n-grams
-    # counts toward its worth only where no other source offered the same path. decay 0: the worth is
-    # the last step's count.
-    context = [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3]
-
-    def step(ngram: tuple[int, ...], accepted: list[int]) -> float:
-        sources = [ContextSource(context), JacobiSource(1, 3, context)]
-        sources[1].pool.add(3, ngram)  # type: ignore[attr-defined]
-        p = SourcePool(sources, PoolConfig(max_tokens=2, per_source=1, decay=0.0), Calibrator())
-        p.propose(context, 100)
-        p.update(context, StepOutcome(accepted=accepted, accepted_sources=["jacobi"] * (len(accepted) - 1) + ["model"],
-                                      aux_out=[9], query_tokens=6, candidate_tokens=4))
-        return p.aux_worth
-
-    # Prompt lookup offered 4 5 after 3 as well: the window's n-gram 4 5 added nothing.
-    assert step((4, 5), [4, 5, 6]) == 0.0
-    # 7 7 came from the window alone: both tokens are its own.
-    assert step((7, 7), [7, 7, 8]) == 2.0
-    # 4 9: the first token was offered by prompt lookup too, the second (the path 4 9) only by the window.
-    assert step((4, 9), [4, 9, 1]) == 1.0
-
-
 def test_cache_source_matches_the_class_cache() -> None:
     cache = NGramCache(NGramCacheConfig(key_lengths=(2, 1), num_tokens=3))
     cache.add_response([9], [1, 2, 3, 4])

@@ -15,13 +15,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from lookahead.candidates.ngram_cache import NGramCache
-from lookahead.config import GREEDY, GenerationConfig, LookaheadConfig, PromptLookupConfig, SamplingConfig, SpeculativeConfig
 from lookahead.candidates.recycling import SuccessorTable
+from lookahead.config import GREEDY, GenerationConfig, LookaheadConfig, PromptLookupConfig, SamplingConfig, SpeculativeConfig
 from lookahead.engine.calibration import Calibrator, shared_calibrator
 from lookahead.engine.costs import CostCurve
 from lookahead.engine.numerics import width_probe
-from lookahead.engine.shared import shared
 from lookahead.engine.sampling import TokenChooser
+from lookahead.engine.shared import shared
 from lookahead.engine.step import StepRunner
 from lookahead.errors import ConfigError
 from lookahead.models.loader import LoadedModel, PromptLike

@@ -115,6 +115,6 @@ class SourcePool:
                 self._idle = 0
             else:
                 self._idle += 1
-        obs = Observation(context, outcome.accepted, outcome.aux_out, outcome.successors)
+        obs = Observation(context, outcome.accepted, outcome.aux_out, outcome.successors, outcome.predecessors)
         for source in self.sources:
             source.observe(obs)

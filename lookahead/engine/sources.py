@@ -37,12 +37,15 @@ class Observation:
     `accepted`: the tokens this step appended; `aux_out`: the model's tokens at the aux branch's out
     rows (empty when no aux branch ran); `successors`: for every row whose logits the step computed,
     (the row's input token, the model's top-k next tokens at that row, best first). Rows on rejected
-    branches are included: their predictions are still the model's, just for another prefix."""
+    branches are included: their predictions are still the model's, just for another prefix.
+    `predecessors` (empty, or one per successors row): the token before that row's input token on the
+    row's own path (the root's, a node's parent's, ...), -1 where there is none."""
 
     context: Sequence[int]
     accepted: Sequence[int]
     aux_out: Sequence[int] = ()
     successors: Sequence[tuple[int, tuple[int, ...]]] = ()
+    predecessors: Sequence[int] = ()
 
 
 @runtime_checkable

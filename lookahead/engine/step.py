@@ -25,12 +25,14 @@ from lookahead.engine.sampling import TokenChooser
 @dataclass(frozen=True)
 class StepItem:
     """One sequence's part of a batched step: its root token, its allocated draft, how it picks tokens,
-    and how many of the model's top predictions per row its sources recycle (0: none)."""
+    how many of the model's top predictions per row its sources recycle (0: none), and the token
+    before the root."""
 
     root: int
     draft: Draft
     chooser: TokenChooser
     top_k: int = 0
+    before_root: int = -1  # the token before the root (-1: none), the root row's predecessor
 
 
 class StepRunner:
@@ -107,10 +109,15 @@ class StepRunner:
             cache.keep(p, torch.tensor([0, *(1 + n for n in nodes)]), slot=cache.selection.lo + slot)
 
             # 6. Recyclable predictions: the model's top-k next tokens at every row it computed.
+            #    Each row's predecessor on its own path keys the second-order rows: the token before the
+            #    root for the root, a node's parent (or the root) for a node, none (-1) for aux rows.
             successors: list[tuple[int, tuple[int, ...]]] = []
+            before: list[int] = []
             if it.top_k:
                 top = torch.topk(out, it.top_k, dim=-1).indices.tolist()  # [K, top_k]
                 successors = list(zip(query.tokens[query.keep].tolist(), map(tuple, top)))
+                before = [it.root if parent < 0 else tree.tokens[parent] for parent in tree.parents]
+                before = [it.before_root, *before, *([-1] * (len(successors) - 1 - t))]
             outcomes.append(StepOutcome(accepted, sources, chosen[1 + t :], query_tokens=rows, candidate_tokens=t,
-                                        successors=successors, forward_s=spent / b))
+                                        successors=successors, predecessors=before, forward_s=spent / b))
         return outcomes

@@ -172,7 +172,8 @@ class Request:
             draft = Draft(tree=draft.tree.subtree(chain_first(draft.tree, plan.nodes)),
                           aux=draft.aux if plan.aux else None)
         self.draft = draft
-        return StepItem(self.context[-1], draft, self.chooser, self.top_k)
+        return StepItem(self.context[-1], draft, self.chooser, self.top_k,
+                        self.context[-2] if len(self.context) > 1 else -1)
 
     def absorb(self, outcome: StepOutcome, batch: int) -> StepEvent | None:
         """Apply one step's outcome: stop rules, emit, let the sources learn. Returns the event to stream

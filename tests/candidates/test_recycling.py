@@ -137,8 +137,9 @@ def test_accepted_successions_promoted() -> None:
     cands = src.candidates([1, 7], max_tokens=3, limit=4)
     # Greedy from 7: 9 then 8 (8 has no row). Then (8,) at rank 1.
     assert toks(cands) == [(9, 8), (8,)]
-    # (9, 8) starts with 7's confirmed successor at rank 0: feature 0 + 5; (8,) is rank 1, unconfirmed.
-    assert [c.feature for c in cands] == [5, 1]
+    # (9, 8) starts with 7's confirmed successor at rank 0: feature 0 + 5; (8,) is rank 1, unconfirmed;
+    # both + 20: 7 was seen after 1, so the root's row is the pair (1, 7)'s.
+    assert [c.feature for c in cands] == [25, 21]
 
 
 def test_accepted_token_missing_from_row_is_inserted() -> None:
@@ -230,3 +231,58 @@ def test_a_table_of_other_width_is_refused() -> None:
         RecyclingSource(top_k=4, table=SuccessorTable(8))
     with pytest.raises(ValueError, match="top_k must be >= 1"):
         SuccessorTable(0)
+
+
+def test_pair_rows_key_successors_by_the_previous_token() -> None:
+    # One step computed token 1 twice: after 7 the model expected (2, 3), after 8 it expected (4, 5).
+    # The token's own row keeps the newest, (4, 5); the pair rows keep both. And 2 after 1 was
+    # expected to go on to 3, while 2 in another context (after 0) went on to 9.
+    src = RecyclingSource()
+    src.observe(Observation(context=[0], accepted=[],
+                            successors=[(1, (2, 3)), (1, (4, 5)), (2, (3,)), (2, (9,))], predecessors=[7, 8, 1, 0]))
+    # After 7, 1: the pair row (2, 3), then 2 after 1: the pair row (3,), not 2's own row (9,). The
+    # feature says the root's row is a pair row (+ 20).
+    cands = src.candidates([7, 1], max_tokens=3, limit=2)
+    assert toks(cands) == [(2, 3), (3,)] and [c.feature for c in cands] == [20, 21]
+    assert toks(src.candidates([8, 1], max_tokens=3, limit=2)) == [(4,), (5,)]
+    # After a token no row was written for (6, 1): first order, the token's newest row, no + 20;
+    # 4 and 5 have no rows, so the paths end there.
+    cands = src.candidates([6, 1], max_tokens=3, limit=2)
+    assert toks(cands) == [(4,), (5,)] and [c.feature for c in cands] == [0, 1]
+    # A row without a predecessor (-1: an aux row) writes no pair; observations without predecessors
+    # (a proposer that does not report them) are first order only.
+    src.observe(Observation(context=[0], accepted=[], successors=[(1, (6,))], predecessors=[-1]))
+    assert toks(src.candidates([6, 1], max_tokens=1, limit=1)) == [(6,)]
+    assert toks(src.candidates([7, 1], max_tokens=1, limit=1)) == [(2,)]
+    src.observe(Observation(context=[0], accepted=[], successors=[(1, (5,))]))
+    assert toks(src.candidates([7, 1], max_tokens=1, limit=1)) == [(2,)]
+
+
+def test_accepted_successions_promoted_in_pair_rows() -> None:
+    # Rows: 7 -> (8, 9) in general. The step appended 9, 8 after root 7, which followed 5 (context ends
+    # 5, 7, 9, 8): 9 follows the pair (5, 7), and 8 follows (7, 9).
+    src = source([(7, (8, 9))])
+    learn(src, [], context=[1, 5, 7, 9, 8], accepted=[9, 8])
+    assert src.table.pairs[(5, 7)] == (9, 8)  # started from 7's row, the observed successor first
+    assert src.table.pairs[(7, 9)] == (8,)
+    # Another pair for 7 later confirmed a different successor: each pair keeps its own.
+    learn(src, [], context=[1, 5, 7, 9, 8, 3, 7, 4], accepted=[7, 4])
+    assert src.table.pairs[(3, 7)] == (4, 9, 8)
+    assert toks(src.candidates([5, 7], max_tokens=2, limit=1)) == [(9, 8)]
+    assert toks(src.candidates([3, 7], max_tokens=1, limit=1)) == [(4,)]
+
+
+def test_pair_rows_are_bounded_least_recently_written_first() -> None:
+    table = SuccessorTable(max_pairs=2)
+    table.write_pair(1, 2, (3,))
+    table.write_pair(4, 5, (6,))
+    table.write_pair(1, 2, (7,))  # rewritten: now the most recent
+    table.write_pair(8, 9, (10,))  # over the bound: (4, 5) goes
+    assert list(table.pairs) == [(1, 2), (8, 9)] and table.pairs[(1, 2)] == (7,)
+    assert table.row(4, 5) is None and table.row(1, 2) == (7,)
+    # max_pairs 0: first order only (nothing is kept by pair).
+    flat = SuccessorTable(max_pairs=0)
+    flat.write_pair(1, 2, (3,))
+    assert not flat.pairs
+    with pytest.raises(ValueError, match="max_pairs must be >= 0"):
+        SuccessorTable(max_pairs=-1)

@@ -22,14 +22,16 @@ against one per request): tokens per step +12% on math, +5% code, +1% function c
 
 Second order. A token's row says what followed it last time, whatever came before it, so a walk from
 one row to the next loops on short cycles ("clean_clean_clean" after "_" was once followed by "clean").
-The table also keeps rows per (previous token, token) pair, written from the rows whose predecessor on
-their own path the step reports (`Observation.predecessors`: the root's preceding token, a node's
-parent) and promoted by accepted successions like the token rows. The walk takes a node's pair row
-(its parent's token and its own) where the table has one, else the token's row. Pair rows are bounded
-(`max_pairs`, least recently written dropped first; 0: first order only). Measured on 50 held-out
-workload requests (SmolLM2-135M bf16, prompts 60-69 per class, a fixed cost curve, per-class shared
-tables, interleaved): tokens per step against first order chat +0.6%, code +3.7%, function calling
-+2.4%, math +10.4%, summarization +1.2%; paired speed 1.01x, 1.00x, 1.08x, 1.12x, 0.98x.
+The table also keeps rows keyed by the tokens before the token (`contexts`: (previous, token) at order
+2, also (two before, previous, token) at order 3), written from the rows whose preceding tokens on
+their own path the step reports (`Observation.predecessors`: for the root the context before it, for a
+node its ancestors and the root) and promoted by accepted successions like the token rows. The walk
+takes, at each node, the row keyed by the most preceding tokens the table has, else the token's row.
+Keyed rows are bounded (`max_contexts`, least recently written dropped first; 0: first order only).
+Measured on 50 held-out workload requests (SmolLM2-135M bf16, prompts 60-69 per class, a fixed cost
+curve, tables shared per class, interleaved), tokens per step against first order: order 2 chat +0.6%,
+code +3.7%, function calling +2.4%, math +10.4%, summarization +1.2% (paired speed 1.00x-1.08x);
+order 3 against order 2: -0.6%, +0.7%, -1.8%, +3.0%, -1.8%, so the default is order 2.
 
 Candidates. A best-first tree from the root. The child of token x at rank r is x's successor at
 rank r; a path's score is the product of a per-rank prior, geometric in rank:
@@ -61,46 +63,58 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from heapq import heappop, heappush
 
-from lookahead.engine.sources import Candidate, Observation
+from lookahead.engine.sources import HISTORY, Candidate, Observation
 
 _RANK_BUCKETS = 5  # first-token rank 0..3, and 4 for 4+
 _CONFIRMED = 5  # added to the feature when the first token is the root's confirmed successor
 _INHERITED = 10  # added when the root's row was written by another request (a shared table)
-_PAIR = 20  # added when the root's row is its (previous token, root) pair row
+_ORDER = 20  # times (order - 1) of the root's row: added when it is a row keyed by preceding tokens too
 
 
 class SuccessorTable:
     """token -> the model's top-k next tokens after it, best first (`adj`), and the token last seen to
-    follow it (`confirmed`); (previous token, token) -> the same for that pair (`pairs`, second order).
-    One table may serve many requests in turn (`engine/shared.py`); it holds at most one `adj` row per
-    vocabulary entry and `max_pairs` pair rows (the least recently written dropped first)."""
+    follow it (`confirmed`); (preceding tokens..., token) -> the same after those tokens (`contexts`,
+    keyed by the last 1 .. order - 1 tokens before the token). One table may serve many requests in turn
+    (`engine/shared.py`); it holds at most one `adj` row per vocabulary entry and `max_contexts` keyed
+    rows (the least recently written dropped first; each ~300 bytes)."""
 
-    def __init__(self, top_k: int = 8, max_pairs: int = 65536) -> None:
+    def __init__(self, top_k: int = 8, order: int = 2, max_contexts: int = 65536) -> None:
         if top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {top_k}")
-        if max_pairs < 0:
-            raise ValueError(f"max_pairs must be >= 0 (0: first order only), got {max_pairs}")
+        if not 1 <= order <= HISTORY + 1:
+            raise ValueError(f"order must be 1 (a row per token) .. {HISTORY + 1}, got {order}")
+        if max_contexts < 0:
+            raise ValueError(f"max_contexts must be >= 0, got {max_contexts}")
         self.top_k = top_k
-        self.max_pairs = max_pairs
+        self.order = order if max_contexts else 1
+        self.max_contexts = max_contexts
         self.adj: dict[int, tuple[int, ...]] = {}
         self.confirmed: dict[int, int] = {}
-        self.pairs: OrderedDict[tuple[int, int], tuple[int, ...]] = OrderedDict()
+        self.contexts: OrderedDict[tuple[int, ...], tuple[int, ...]] = OrderedDict()
 
-    def write_pair(self, prev: int, token: int, row: tuple[int, ...]) -> None:
-        """The successors of `token` when it follows `prev`: the newest row wins."""
-        if not self.max_pairs:
-            return
-        key = (prev, token)
-        pairs = self.pairs
-        if key in pairs:
-            pairs.move_to_end(key)
-        pairs[key] = row
-        if len(pairs) > self.max_pairs:
-            pairs.popitem(last=False)
+    def write(self, before: Sequence[int], token: int, row: tuple[int, ...]) -> None:
+        """The successors of `token` after the tokens `before` (oldest first): the newest row wins, for
+        each key of 1 .. order - 1 preceding tokens that `before` has."""
+        for k in range(1, min(self.order - 1, len(before)) + 1):
+            self.write_key((*before[-k:], token), row)
 
-    def row(self, prev: int, token: int) -> tuple[int, ...] | None:
-        """What follows `token` after `prev`: the pair's row where the table has one, else the token's."""
-        return self.pairs.get((prev, token)) or self.adj.get(token)
+    def write_key(self, key: tuple[int, ...], row: tuple[int, ...]) -> None:
+        """The row for `key` (preceding tokens, then the token), now the most recently written."""
+        contexts = self.contexts
+        if key in contexts:
+            contexts.move_to_end(key)
+        contexts[key] = row
+        if len(contexts) > self.max_contexts:
+            contexts.popitem(last=False)
+
+    def row(self, before: Sequence[int], token: int) -> tuple[tuple[int, ...] | None, int]:
+        """What follows `token` after the tokens `before`, and the order of the row that says it: the row
+        keyed by the most preceding tokens the table has (order 2, 3), else the token's (1)."""
+        for k in range(min(self.order - 1, len(before)), 0, -1):
+            row = self.contexts.get((*before[-k:], token))
+            if row:
+                return row, k + 1
+        return self.adj.get(token), 1
 
     def __len__(self) -> int:
         return len(self.adj)
@@ -130,50 +144,47 @@ class RecyclingSource:
     # -- learning -------------------------------------------------------------------------------
     def observe(self, obs: Observation) -> None:
         adj, k, table = self.adj, self.top_k, self.table
-        before = obs.predecessors if len(obs.predecessors) == len(obs.successors) else [-1] * len(obs.successors)
+        before = obs.predecessors if len(obs.predecessors) == len(obs.successors) else [()] * len(obs.successors)
         for (token, nxt), prev in zip(obs.successors, before):
             if len(nxt) > k:
                 nxt = nxt[:k]
             if len(set(nxt)) != len(nxt):  # never expected from a top-k, but duplicates would duplicate paths
                 nxt = tuple(dict.fromkeys(nxt))
             adj[token] = nxt
-            if prev >= 0:
-                table.write_pair(prev, token, nxt)
+            table.write(prev, token, nxt)
             self.own.add(token)
         accepted = obs.accepted
         if not accepted:
             return
-        n = len(accepted)
         context = obs.context
-        prev = context[-n - 1] if len(context) > n else None
-        prev2 = context[-n - 2] if len(context) > n + 1 else None
-        for token in accepted:
-            if prev is not None:
-                self._promote(prev, token, prev2)
-            prev2, prev = prev, token
+        history = self.table.order - 1
+        for i in range(max(len(context) - len(accepted) - 1, 0), len(context) - 1):  # context[i] -> context[i + 1]
+            self._promote(context[max(i - history, 0) : i], context[i], context[i + 1])
 
-    def _promote(self, token: int, nxt: int, before: int | None) -> None:
+    def _promote(self, before: Sequence[int], token: int, nxt: int) -> None:
         """`nxt` was seen to follow `token` (itself after `before`): put it first in token's row and in
-        the pair's."""
+        the rows keyed by its preceding tokens."""
         self.confirmed[token] = nxt
         self.own.add(token)
         row = self.adj.get(token, ())
         if not row or row[0] != nxt:
             self.adj[token] = ((nxt,) + tuple(t for t in row if t != nxt))[: self.top_k]
-        if before is not None:
-            pair = self.table.pairs.get((before, token)) or row
-            if not pair or pair[0] != nxt:
-                pair = ((nxt,) + tuple(t for t in pair if t != nxt))[: self.top_k]
-            self.table.write_pair(before, token, pair)
+        table = self.table
+        for k in range(1, min(table.order - 1, len(before)) + 1):
+            key = (*before[-k:], token)
+            keyed = table.contexts.get(key) or row
+            if not keyed or keyed[0] != nxt:
+                keyed = ((nxt,) + tuple(t for t in keyed if t != nxt))[: self.top_k]
+            table.write_key(key, keyed)
 
     # -- guessing -------------------------------------------------------------------------------
     def candidates(self, context: Sequence[int], max_tokens: int, limit: int) -> list[Candidate]:
         if not context or max_tokens <= 0 or limit <= 0:
             return []
-        prior, row_of = self.prior, self.table.row
+        prior, row_of, history = self.prior, self.table.row, self.table.order - 1
         root = context[-1]
-        pair_row = self.table.pairs.get((context[-2], root)) if len(context) > 1 else None
-        first_row = pair_row or self.adj.get(root)
+        before_root = tuple(context[-1 - history : -1]) if history else ()
+        first_row, root_order = row_of(before_root, root)
         if not first_row:
             return []
         # Nodes: index -> (path from the root, score, leaf slot); node 0 is the root itself. A node's
@@ -186,7 +197,10 @@ class RecyclingSource:
         order = 0
 
         def row_after(path: tuple[int, ...]) -> tuple[int, ...] | None:
-            return row_of(path[-2] if len(path) > 1 else root, path[-1]) if path else first_row
+            if not path:
+                return first_row
+            before = (*before_root, root, *path[:-1])
+            return row_of(before[len(before) - history :] if history else (), path[-1])[0]
 
         # The greedy chain, whole; each of its nodes' rank-1 siblings goes on the frontier.
         parent = 0
@@ -236,6 +250,6 @@ class RecyclingSource:
             path = paths[node]
             rank = first_row.index(path[0])
             feature = min(rank, _RANK_BUCKETS - 1) + (_CONFIRMED if path[0] == confirmed else 0) + inherited \
-                + (_PAIR if pair_row else 0)
+                + _ORDER * (root_order - 1)
             out.append(Candidate(tokens=path, source=self.name, feature=feature))
         return out

@@ -128,7 +128,7 @@ class StepOutcome:
     query_tokens: int
     candidate_tokens: int
     successors: list[tuple[int, tuple[int, ...]]] = field(default_factory=list)  # see sources.Observation
-    predecessors: list[int] = field(default_factory=list)  # see sources.Observation
+    predecessors: list[tuple[int, ...]] = field(default_factory=list)  # see sources.Observation
     forward_s: float = 0.0  # seconds inside the forward pass
 
 

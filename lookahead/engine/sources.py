@@ -31,6 +31,9 @@ class Candidate:
     feature: int = 0
 
 
+HISTORY = 2  # tokens before a row's input token that the engine reports with its successors (Observation)
+
+
 @dataclass(frozen=True)
 class Observation:
     """What one step showed. `context`: every token so far, the step's accepted tokens included;
@@ -38,14 +41,15 @@ class Observation:
     rows (empty when no aux branch ran); `successors`: for every row whose logits the step computed,
     (the row's input token, the model's top-k next tokens at that row, best first). Rows on rejected
     branches are included: their predictions are still the model's, just for another prefix.
-    `predecessors` (empty, or one per successors row): the token before that row's input token on the
-    row's own path (the root's, a node's parent's, ...), -1 where there is none."""
+    `predecessors` (empty, or one per successors row): the tokens before that row's input token on the
+    row's own path, oldest first (for a tree node: the tokens before the root, the root, its ancestors),
+    at most HISTORY; empty for rows on no path (aux rows)."""
 
     context: Sequence[int]
     accepted: Sequence[int]
     aux_out: Sequence[int] = ()
     successors: Sequence[tuple[int, tuple[int, ...]]] = ()
-    predecessors: Sequence[int] = ()
+    predecessors: Sequence[tuple[int, ...]] = ()
 
 
 @runtime_checkable

@@ -19,20 +19,21 @@ from lookahead.engine.kvcache import KVCache
 from lookahead.engine.model_runner import ForwardTimer, ModelRunner, Rows
 from lookahead.engine.numerics import KEY_ALIGN, WidthProbe
 from lookahead.engine.query import build_query, verify
+from lookahead.engine.sources import HISTORY
 from lookahead.engine.sampling import TokenChooser
 
 
 @dataclass(frozen=True)
 class StepItem:
     """One sequence's part of a batched step: its root token, its allocated draft, how it picks tokens,
-    how many of the model's top predictions per row its sources recycle (0: none), and the token
+    how many of the model's top predictions per row its sources recycle (0: none), and the tokens
     before the root."""
 
     root: int
     draft: Draft
     chooser: TokenChooser
     top_k: int = 0
-    before_root: int = -1  # the token before the root (-1: none), the root row's predecessor
+    history: tuple[int, ...] = ()  # the tokens before the root, oldest first (the last HISTORY are reported)
 
 
 class StepRunner:
@@ -109,15 +110,17 @@ class StepRunner:
             cache.keep(p, torch.tensor([0, *(1 + n for n in nodes)]), slot=cache.selection.lo + slot)
 
             # 6. Recyclable predictions: the model's top-k next tokens at every row it computed.
-            #    Each row's predecessor on its own path keys the second-order rows: the token before the
-            #    root for the root, a node's parent (or the root) for a node, none (-1) for aux rows.
+            #    With each row, the tokens before its input token on its own path (the history before the
+            #    root; a node's ancestors and the root), which key the recycled rows by context; none for aux rows.
             successors: list[tuple[int, tuple[int, ...]]] = []
-            before: list[int] = []
+            before: list[tuple[int, ...]] = []
             if it.top_k:
                 top = torch.topk(out, it.top_k, dim=-1).indices.tolist()  # [K, top_k]
                 successors = list(zip(query.tokens[query.keep].tolist(), map(tuple, top)))
-                before = [it.root if parent < 0 else tree.tokens[parent] for parent in tree.parents]
-                before = [it.before_root, *before, *([-1] * (len(successors) - 1 - t))]
+                before = [it.history[-HISTORY:]]
+                for parent in tree.parents:  # parents come first: node i's tokens before it extend its parent's
+                    before.append((*before[parent + 1], it.root if parent < 0 else tree.tokens[parent])[-HISTORY:])
+                before += [()] * (len(successors) - len(before))
             outcomes.append(StepOutcome(accepted, sources, chosen[1 + t :], query_tokens=rows, candidate_tokens=t,
                                         successors=successors, predecessors=before, forward_s=spent / b))
         return outcomes

@@ -20,6 +20,7 @@ from lookahead.engine.allocator import Allocation, Candidates, chain_first
 from lookahead.engine.calibration import Calibrator
 from lookahead.engine.draft import Draft, Proposer, ReportsDraftCost, StepOutcome
 from lookahead.engine.sampling import TokenChooser
+from lookahead.engine.sources import HISTORY
 from lookahead.engine.step import StepItem
 from lookahead.engine.stopping import StopState
 from lookahead.errors import PromptError
@@ -172,8 +173,7 @@ class Request:
             draft = Draft(tree=draft.tree.subtree(chain_first(draft.tree, plan.nodes)),
                           aux=draft.aux if plan.aux else None)
         self.draft = draft
-        return StepItem(self.context[-1], draft, self.chooser, self.top_k,
-                        self.context[-2] if len(self.context) > 1 else -1)
+        return StepItem(self.context[-1], draft, self.chooser, self.top_k, tuple(self.context[-1 - HISTORY : -1]))
 
     def absorb(self, outcome: StepOutcome, batch: int) -> StepEvent | None:
         """Apply one step's outcome: stop rules, emit, let the sources learn. Returns the event to stream

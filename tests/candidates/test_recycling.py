@@ -138,7 +138,7 @@ def test_accepted_successions_promoted() -> None:
     # Greedy from 7: 9 then 8 (8 has no row). Then (8,) at rank 1.
     assert toks(cands) == [(9, 8), (8,)]
     # (9, 8) starts with 7's confirmed successor at rank 0: feature 0 + 5; (8,) is rank 1, unconfirmed;
-    # both + 20: 7 was seen after 1, so the root's row is the pair (1, 7)'s.
+    # both + 20: 7 was seen after 1, so the root's row is the one keyed by (1, 7).
     assert [c.feature for c in cands] == [25, 21]
 
 
@@ -233,15 +233,15 @@ def test_a_table_of_other_width_is_refused() -> None:
         SuccessorTable(0)
 
 
-def test_pair_rows_key_successors_by_the_previous_token() -> None:
+def test_rows_keyed_by_the_previous_token() -> None:
     # One step computed token 1 twice: after 7 the model expected (2, 3), after 8 it expected (4, 5).
-    # The token's own row keeps the newest, (4, 5); the pair rows keep both. And 2 after 1 was
-    # expected to go on to 3, while 2 in another context (after 0) went on to 9.
+    # The token's own row keeps the newest, (4, 5); the rows keyed by (7, 1) and (8, 1) keep both. And
+    # 2 after 1 was expected to go on to 3, while 2 in another context (after 0) went on to 9.
     src = RecyclingSource()
-    src.observe(Observation(context=[0], accepted=[],
-                            successors=[(1, (2, 3)), (1, (4, 5)), (2, (3,)), (2, (9,))], predecessors=[7, 8, 1, 0]))
-    # After 7, 1: the pair row (2, 3), then 2 after 1: the pair row (3,), not 2's own row (9,). The
-    # feature says the root's row is a pair row (+ 20).
+    src.observe(Observation(context=[0], accepted=[], successors=[(1, (2, 3)), (1, (4, 5)), (2, (3,)), (2, (9,))],
+                            predecessors=[(7,), (8,), (1,), (0,)]))
+    # After 7, 1: the (7, 1) row, then 2 after 1: the (1, 2) row (3,), not 2's own row (9,). The
+    # feature says the root's row is of order 2 (+ 20).
     cands = src.candidates([7, 1], max_tokens=3, limit=2)
     assert toks(cands) == [(2, 3), (3,)] and [c.feature for c in cands] == [20, 21]
     assert toks(src.candidates([8, 1], max_tokens=3, limit=2)) == [(4,), (5,)]
@@ -249,40 +249,61 @@ def test_pair_rows_key_successors_by_the_previous_token() -> None:
     # 4 and 5 have no rows, so the paths end there.
     cands = src.candidates([6, 1], max_tokens=3, limit=2)
     assert toks(cands) == [(4,), (5,)] and [c.feature for c in cands] == [0, 1]
-    # A row without a predecessor (-1: an aux row) writes no pair; observations without predecessors
-    # (a proposer that does not report them) are first order only.
-    src.observe(Observation(context=[0], accepted=[], successors=[(1, (6,))], predecessors=[-1]))
+    # A row on no path (an aux row: no tokens before it) writes no keyed row; observations without
+    # predecessors (a proposer that does not report them) are first order only.
+    src.observe(Observation(context=[0], accepted=[], successors=[(1, (6,))], predecessors=[()]))
     assert toks(src.candidates([6, 1], max_tokens=1, limit=1)) == [(6,)]
     assert toks(src.candidates([7, 1], max_tokens=1, limit=1)) == [(2,)]
     src.observe(Observation(context=[0], accepted=[], successors=[(1, (5,))]))
     assert toks(src.candidates([7, 1], max_tokens=1, limit=1)) == [(2,)]
 
 
-def test_accepted_successions_promoted_in_pair_rows() -> None:
-    # Rows: 7 -> (8, 9) in general. The step appended 9, 8 after root 7, which followed 5 (context ends
-    # 5, 7, 9, 8): 9 follows the pair (5, 7), and 8 follows (7, 9).
-    src = source([(7, (8, 9))])
+def test_rows_keyed_by_two_previous_tokens_come_first() -> None:
+    # Order 3. 1 after 6, 7 was expected to go on to 2; 1 after 5, 7 to 3 (written later, so the (7, 1)
+    # row and 1's own row say 3). After 6, 7, 1 the order-3 row wins (+ 40); after 4, 7, 1 there is
+    # none, so the (7, 1) row says 3 (+ 20); after 9, 1 only 1's own row is left (+ 0).
+    src = RecyclingSource(table=SuccessorTable(order=3))
+    src.observe(Observation(context=[0], accepted=[], successors=[(1, (2,)), (1, (3,))],
+                            predecessors=[(6, 7), (5, 7)]))
+    assert [(c.tokens, c.feature) for c in src.candidates([6, 7, 1], 1, 1)] == [((2,), 40)]
+    assert [(c.tokens, c.feature) for c in src.candidates([4, 7, 1], 1, 1)] == [((3,), 20)]
+    assert [(c.tokens, c.feature) for c in src.candidates([9, 1], 1, 1)] == [((3,), 0)]
+    # Order 2 (the default): the same rows, keyed by one previous token only.
+    two = RecyclingSource()
+    two.observe(Observation(context=[0], accepted=[], successors=[(1, (2,)), (1, (3,))],
+                            predecessors=[(6, 7), (5, 7)]))
+    assert [(c.tokens, c.feature) for c in two.candidates([6, 7, 1], 1, 1)] == [((3,), 20)]
+
+
+def test_accepted_successions_promoted_in_keyed_rows() -> None:
+    # Rows: 7 -> (8, 9) in general. The step appended 9, 8 after root 7, which followed 1, 5 (context
+    # ends 1, 5, 7, 9, 8): 9 follows 7 after 5 (and after 1, 5), and 8 follows 9 after 7 (and 5, 7).
+    src = RecyclingSource(table=SuccessorTable(order=3))
+    learn(src, [(7, (8, 9))])
     learn(src, [], context=[1, 5, 7, 9, 8], accepted=[9, 8])
-    assert src.table.pairs[(5, 7)] == (9, 8)  # started from 7's row, the observed successor first
-    assert src.table.pairs[(7, 9)] == (8,)
-    # Another pair for 7 later confirmed a different successor: each pair keeps its own.
+    contexts = src.table.contexts
+    assert contexts[(5, 7)] == contexts[(1, 5, 7)] == (9, 8)  # from 7's row, the observed successor first
+    assert contexts[(7, 9)] == contexts[(5, 7, 9)] == (8,)
+    # 7 later after 3 was followed by 4: each keyed row keeps its own successor.
     learn(src, [], context=[1, 5, 7, 9, 8, 3, 7, 4], accepted=[7, 4])
-    assert src.table.pairs[(3, 7)] == (4, 9, 8)
+    assert contexts[(3, 7)] == (4, 9, 8)
     assert toks(src.candidates([5, 7], max_tokens=2, limit=1)) == [(9, 8)]
     assert toks(src.candidates([3, 7], max_tokens=1, limit=1)) == [(4,)]
 
 
-def test_pair_rows_are_bounded_least_recently_written_first() -> None:
-    table = SuccessorTable(max_pairs=2)
-    table.write_pair(1, 2, (3,))
-    table.write_pair(4, 5, (6,))
-    table.write_pair(1, 2, (7,))  # rewritten: now the most recent
-    table.write_pair(8, 9, (10,))  # over the bound: (4, 5) goes
-    assert list(table.pairs) == [(1, 2), (8, 9)] and table.pairs[(1, 2)] == (7,)
-    assert table.row(4, 5) is None and table.row(1, 2) == (7,)
-    # max_pairs 0: first order only (nothing is kept by pair).
-    flat = SuccessorTable(max_pairs=0)
-    flat.write_pair(1, 2, (3,))
-    assert not flat.pairs
-    with pytest.raises(ValueError, match="max_pairs must be >= 0"):
-        SuccessorTable(max_pairs=-1)
+def test_keyed_rows_are_bounded_least_recently_written_first() -> None:
+    table = SuccessorTable(max_contexts=2)
+    table.write_key((1, 2), (3,))
+    table.write_key((4, 5), (6,))
+    table.write_key((1, 2), (7,))  # rewritten: now the most recent
+    table.write_key((8, 9), (10,))  # over the bound: (4, 5) goes
+    assert list(table.contexts) == [(1, 2), (8, 9)] and table.contexts[(1, 2)] == (7,)
+    assert table.row((4,), 5) == (None, 1) and table.row((1,), 2) == ((7,), 2)
+    # max_contexts 0 (or order 1): a row per token only.
+    flat = SuccessorTable(max_contexts=0)
+    flat.write((1,), 2, (3,))
+    assert not flat.contexts and flat.order == 1
+    with pytest.raises(ValueError, match="max_contexts must be >= 0"):
+        SuccessorTable(max_contexts=-1)
+    with pytest.raises(ValueError, match="order must be 1"):
+        SuccessorTable(order=4)

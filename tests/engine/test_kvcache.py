@@ -62,22 +62,22 @@ def test_growable_layer_keep_and_crop() -> None:
 
 
 def test_a_step_reports_each_computed_rows_predecessor_for_recycling() -> None:
-    # Root r (after the token before it, b) with the tree r -> x -> y and r -> z, and a Jacobi window:
-    # the rows are [r, x, y, z, aux...]; the row of r follows b, x and z follow r, y follows x, and
-    # aux rows are on no path (-1). Every successors row has its predecessor, in the same order.
+    # Root r (after a, b) with the tree r -> x -> y and r -> z, and a Jacobi window: the rows are
+    # [r, x, y, z, aux...]; the last two tokens before each on its own path: (a, b) before r, (b, r)
+    # before x and z, (r, x) before y; aux rows are on no path (). One entry per successors row.
     lm = model64("llama")
     prompt = lm.encode("abcabcabc", raw=True)
     runner = StepRunner(lm.model, TokenChooser(GREEDY, lm.model.config.vocab_size))
     cache = KVCache()
     runner.prefill(cache, prompt)
-    b, r, x, y, z = prompt[-2], prompt[-1], 5, 6, 7
+    a, b, r, x, y, z = prompt[-3], prompt[-2], prompt[-1], 5, 6, 7
     tree = CandidateTree()
     tree.add([x, y])
     tree.add([z])
     aux = JacobiSource(2, 3, prompt).branch()
-    item = StepItem(r, Draft(tree=tree, aux=aux), runner.chooser, top_k=3, before_root=b)  # type: ignore[arg-type]
+    item = StepItem(r, Draft(tree=tree, aux=aux), runner.chooser, top_k=3, history=(9, a, b))  # type: ignore[arg-type]
     outcome = runner.step_batch(cache, [item])[0]
     rows = [token for token, _ in outcome.successors]
     assert rows[:4] == [r, x, y, z] and len(rows) > 4  # the aux out rows come last
-    assert outcome.predecessors == [b, r, x, r] + [-1] * (len(rows) - 4)
+    assert outcome.predecessors == [(a, b), (b, r), (r, x), (b, r)] + [()] * (len(rows) - 4)
     assert all(len(top) == 3 for _, top in outcome.successors)

@@ -102,6 +102,17 @@ def class_table(summary: dict[str, Any]) -> Block:
     return ("table", header, rows)
 
 
+def sources_block(summary: dict[str, Any]) -> Block:
+    """Per class and strategy: tokens and query rows per step, and which source each new token came from."""
+    rows = []
+    for cls, entry in summary["classes"].items():
+        for s, st in entry["strategies"].items():
+            shares = st.get("accepted_share_by_source") or {}
+            rows.append([cls, s, _num(st["tokens_per_step"], ".2f"), _num(st.get("query_tokens_per_step"), ".2f"),
+                         ", ".join(f"{src} {v:.0%}" for src, v in shares.items()) or "-"])
+    return ("table", ["class", "strategy", "tokens/step", "query tokens/step", "new tokens by source"], rows)
+
+
 def decision_blocks(doc: dict[str, Any]) -> list[Block]:
     return [("h2", "Decision table"),
             ("p", "Per class: each strategy's median speedup over autoregressive decoding (paired per request) "
@@ -174,6 +185,10 @@ def blocks(summary: dict[str, Any], figures: dict[str, Path], primary: str) -> l
                      f"price ${meta['price_per_hour_usd']:g} per device-hour. torch {meta['torch']}, transformers "
                      f"{meta['transformers']}. Generated {meta['date']}."))
     out += [("h2", "Per class and strategy"), class_table(summary)]
+    out += [("h2", "Where the tokens come from"),
+            ("p", "Query tokens per step count every row the passes computed (padding to the width floor included); "
+                  "\"model\" is the model's own token that every step yields, the rest were guesses it verified."),
+            sources_block(summary)]
     out += [("h2", "Cost under the traffic mix")] + mix_blocks(summary)
     if "blended" in figures:
         out.append(("img", figures["blended"], "Blended cost per request"))

@@ -89,6 +89,7 @@ def make_row(req: Request, strategy: str, repeat: int, spec: RunSpec, m: Measure
         "draft_steps": m.draft_steps, "draft_s": m.draft_s, "ngram_cache_bytes": m.ngram_cache_bytes,
         "finish_reason": m.finish_reason, "output_sha256": digest, "dtype": m.dtype, "width_floor": m.width_floor,
         "identical": identical, "reference": BASELINE if identical is not None else None,
+        "accepted_by_source": dict(m.accepted_by_source),
     }
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -62,6 +62,7 @@ class Measurement:
     ngram_cache_bytes: int = 0  # the class's cross-request n-gram cache after this request
     dtype: str = ""  # the weights' dtype that ran
     width_floor: int | None = None  # engine passes were padded to this many rows (None: unpadded)
+    accepted_by_source: Mapping[str, int] = field(default_factory=dict)  # new tokens per source ("model": its own)
 
 
 Runner = Callable[[Any, list[int], RunSpec], Measurement]
@@ -133,6 +134,7 @@ def engine_runner(variant: StrategySpec | str) -> Runner:
             ngram_cache_bytes=int(cache.memory()["bytes"]) if cache is not None else 0,
             dtype=result.dtype,
             width_floor=result.width_floor,
+            accepted_by_source=dict(s.accepted_by_source),
         )
 
     return run

@@ -153,6 +153,29 @@ def class_tables(records: Records, strategies: Sequence[str], *, price_per_hour:
     return out
 
 
+def token_sources(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Per (class, strategy), over every row: query tokens per step (rows the passes computed, padding
+    included) and each source's share of the new tokens ("model": the model's own token of each step;
+    empty where the runner does not report sources, e.g. transformers' generate)."""
+    steps: dict[tuple[str, str], float] = defaultdict(float)
+    processed: dict[tuple[str, str], float] = defaultdict(float)
+    by_source: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for r in rows:
+        key = (r["class"], r["strategy"])
+        steps[key] += r["steps"]
+        processed[key] += r["processed_tokens"]
+        for src, n in (r.get("accepted_by_source") or {}).items():
+            by_source[key][src] += int(n)
+    out = {}
+    for key in steps:
+        counts = by_source.get(key, {})
+        total = sum(counts.values())
+        out[key] = {"query_tokens_per_step": _ratio(processed[key], steps[key]),
+                    "accepted_share_by_source": {src: n / total for src, n in sorted(counts.items(), key=lambda kv: -kv[1])}
+                    if total else {}}
+    return out
+
+
 def speedup_samples(records: Records, cls: str, strategy: str) -> list[tuple[float, float, str]]:
     """(new tokens, speedup, request id) per request paired with autoregressive."""
     base = records.get((cls, BASELINE), {})

@@ -13,7 +13,7 @@ from lookahead.bench.config import BASELINE, BenchConfig
 from lookahead.bench.economics import blend, crossovers, workload_shares
 from lookahead.bench.policy import build_policy
 from lookahead.bench.profile import prefill_decode_share
-from lookahead.bench.stats import class_tables, per_request
+from lookahead.bench.stats import class_tables, per_request, token_sources
 
 SUMMARY_VERSION = 1
 
@@ -38,9 +38,12 @@ def summarize(rows: Sequence[dict[str, Any]], cfg: BenchConfig, *, class_counts:
     records = per_request(rows)
     classes = class_tables(records, cfg.strategies, price_per_hour=cfg.price_per_hour, resamples=cfg.bootstrap)
     cross = crossovers(records, cfg.strategies)
+    sources = token_sources(rows)
     for cls, entry in classes.items():
         entry["requests"] = len({r["request_id"] for r in rows if r["class"] == cls})
         entry["crossover"] = cross.get(cls, {})
+        for s, st in entry["strategies"].items():
+            st.update(sources.get((cls, s), {}))
     lk = cfg.lookahead
     meta: dict[str, Any] = {
         "generator": "lookahead bench",

@@ -139,6 +139,37 @@ def test_summary_numbers_recomputed_from_rows(bench_run) -> None:
             assert close(st["cost_saved_per_request_usd"], float(np.mean(saved)) * PRICE / 3600)
 
 
+def test_token_sources_recomputed_from_rows(bench_run) -> None:
+    # Every engine row says which source each new token came from (the model's own token once per
+    # step); the summary's shares and query tokens per step are the rows' sums, and the report shows them.
+    rows = rows_of(bench_run.out)
+    for r in rows:
+        if r["strategy"].startswith("hf_"):
+            assert r["accepted_by_source"] == {}
+        else:
+            assert sum(r["accepted_by_source"].values()) == r["new_tokens"], r
+            assert r["accepted_by_source"]["model"] == r["steps"]
+            if r["strategy"] == "autoregressive":
+                assert set(r["accepted_by_source"]) == {"model"}
+    summary = json.loads((bench_run.out / "summary.json").read_text())
+    guessed = 0
+    for cls, entry in summary["classes"].items():
+        for s, st in entry["strategies"].items():
+            mine = [r for r in rows if r["class"] == cls and r["strategy"] == s]
+            assert st["query_tokens_per_step"] == pytest.approx(sum(r["processed_tokens"] for r in mine)
+                                                                 / sum(r["steps"] for r in mine))
+            counts: dict = defaultdict(int)
+            for r in mine:
+                for src, n in r["accepted_by_source"].items():
+                    counts[src] += n
+            total = sum(counts.values())
+            assert st["accepted_share_by_source"] == pytest.approx({k: v / total for k, v in counts.items()} if total else {})
+            guessed += s == "lookahead" and st["accepted_share_by_source"].get("model", 1.0) < 1.0
+    assert guessed  # some guesses were accepted on the tiny model's repetitive prompts
+    md = (bench_run.out / "report.md").read_text()
+    assert "## Where the tokens come from" in md and "| class | strategy | tokens/step | query tokens/step |" in md
+
+
 def test_mix_policy_and_crossover_recomputed(bench_run) -> None:
     summary = json.loads((bench_run.out / "summary.json").read_text())
     policy = json.loads((bench_run.out / "policy.json").read_text())

@@ -30,8 +30,10 @@ class LookaheadConfig:
 
     Defaults were measured on a 2-core CPU with SmolLM2-135M in bfloat16 and float32 (README,
     "Performance"). Exact steps at reduced precision verify one chain (engine/query.py), so the rows
-    are better spent on a long copied chain (context_tokens=7) than on a wide Jacobi window (W=1); on
-    such a device the speculation gate (engine/gate.py) decides per step whether verifying pays at all.
+    are better spent on a long chain than on a wide Jacobi window (W=1). `context_tokens` bounds how
+    deep a guess (copied or recycled) may go, not how deep a step verifies: the allocator
+    (engine/allocator.py) takes a deeper prefix only where the calibrated odds of its tokens pay for
+    the rows, so 11 (README, "Measured: deeper guesses") costs nothing where guesses fail early.
     """
 
     window: int = 1
@@ -39,7 +41,7 @@ class LookaheadConfig:
     guesses: int = 4
     context_ngrams: bool = True
     max_pool_per_key: int = 16
-    context_tokens: int | None = 7
+    context_tokens: int | None = 11
     sources: tuple[str, ...] = ("context", "recycle", "cache", "jacobi")
 
     def __post_init__(self) -> None:

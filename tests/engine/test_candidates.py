@@ -211,8 +211,12 @@ def test_context_candidates_take_context_tokens_jacobi_ones_stay_n_minus_1() -> 
     context = [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3]
     # N=4, context_tokens=None: a candidate is N-1 = 3 tokens, copied or minted
     assert paths(pool(context, LookaheadConfig(2, 4, 1, context_tokens=None)).propose(context, 100).tree) == [(4, 5, 6)]
-    # the default copies up to 7 tokens: the span runs 4..9 and on into the repeat (1)
-    assert paths(pool(context, LookaheadConfig(2, 4, 1)).propose(context, 100).tree) == [(4, 5, 6, 7, 8, 9, 1)]
+    # the default copies up to 11 tokens: the span runs 4..9 and on into the repeat (1 2 3), where the
+    # context ends, after 9
+    assert paths(pool(context, LookaheadConfig(2, 4, 1)).propose(context, 100).tree) == [(4, 5, 6, 7, 8, 9, 1, 2, 3)]
+    # context_tokens=7: cut at 7
+    assert paths(pool(context, LookaheadConfig(2, 4, 1, context_tokens=7)).propose(context, 100).tree) == \
+        [(4, 5, 6, 7, 8, 9, 1)]
     # context_tokens=5: the copied span runs on to 5 tokens ...
     longer = pool(context, LookaheadConfig(2, 4, 1, context_tokens=5))
     assert paths(longer.propose(context, 100).tree) == [(4, 5, 6, 7, 8)]

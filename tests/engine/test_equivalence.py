@@ -19,7 +19,7 @@ CONFIGS = [
     LookaheadConfig(4, 4, 4),
     LookaheadConfig(1, 2, 0),
     LookaheadConfig(1, 2, 1),
-    LookaheadConfig(3, 5, 50),
+    LookaheadConfig(3, 5, 50, context_tokens=7),  # 1 + 3*4 + 50*7 = 363 rows at most (under 512)
     LookaheadConfig(2, 3, 2, context_ngrams=False),
 ]
 MAX_NEW = 24

@@ -121,8 +121,8 @@ def test_capped_overrides_may_not_exceed_the_policys_step(capped: Live) -> None:
     assert error["code"] == "override_too_large" and error["param"] == "lookahead"
     assert "limit of 11" in error["message"] and "--client-overrides" in error["message"]
     assert "limit of 1 " in refused(client, "chat", {"enabled": True})["message"]  # the policy runs autoregressive
-    # the default W=1 N=4 G=4 context_tokens=7: 1 + 1*3 + 4*7 = 32; context_tokens 8 asks for 36
-    assert "limit of 32" in refused(client, None, {"context_tokens": 8})["message"]
+    # the default W=1 N=4 G=4 context_tokens=11: 1 + 1*3 + 4*11 = 48; context_tokens 12 asks for 52
+    assert "limit of 48" in refused(client, None, {"context_tokens": 12})["message"]
     smaller = ask(client, "code", {"window": 2})  # 1 + 2*2 + 2*2 = 9 <= 11
     assert smaller.usage.model_extra["lookahead"]["strategy"] == "lookahead"
     assert ask(client, "code", {"enabled": False}).usage.model_extra["lookahead"]["strategy"] == "autoregressive"

@@ -88,17 +88,18 @@ def test_bad_scheduler_settings_are_refused(bad: dict[str, object]) -> None:
 
 
 def test_a_request_wider_than_the_probe_widens_it() -> None:
-    # The scheduler's probe covered 64-row steps; a request whose steps reach 79 rows makes it probe
-    # those widths too (the exactness of wider passes is then measured, not assumed), and decodes as alone.
+    # The scheduler's probe covered 64-row steps; a request whose steps reach 87 rows (1 + 16*4 + 2*11)
+    # makes it probe those widths too (the exactness of wider passes is then measured, not assumed), and
+    # decodes as alone.
     lm = tiny_model("qwen2", dtype=torch.float64, seed=5)  # its own model: no other test probed it wider
     scheduler = Scheduler(lm, SchedulerConfig(max_batch=2, widest=8))
     assert scheduler.probe_width == 64
     cfg = GenerationConfig(max_new_tokens=12, lookahead=LookaheadConfig(window=16, ngram=5, guesses=2))
-    assert cfg.widest_step == 79
+    assert cfg.widest_step == 87
     ids = lm.encode("abcabcabcabc", raw=True)
     request = Request(lm, ids, cfg)
     scheduler.add(request)
-    assert scheduler.probe_width >= 79
+    assert scheduler.probe_width >= 87
     from .helpers import drain
 
     assert drain(scheduler)[id(request)] == lookahead.generate(lm, ids, max_new_tokens=12,

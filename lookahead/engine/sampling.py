@@ -15,6 +15,7 @@ import torch
 from lookahead.config import SamplingConfig
 
 _MIX = 0x9E3779B97F4A7C15  # odd 64-bit constant (golden ratio) for seed mixing
+_NARROW = (torch.bfloat16, torch.float16)  # float32 holds every value of these exactly
 
 
 def process_logits(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
@@ -64,6 +65,8 @@ class TokenChooser:
     def choose(self, logits: torch.Tensor, positions: list[int]) -> list[int]:
         """logits: [R, V] for the positions they predict (len R) -> R chosen token ids."""
         if self.cfg.greedy:
+            if logits.dtype in _NARROW:  # widened first: same values, same first maximum, and torch's CPU
+                logits = logits.float()  # argmax over bf16 rows is ~5x slower (0.7 ms for [8, 49152] here)
             return logits.argmax(dim=-1).tolist()
         x = process_logits(logits[:, : self.vocab_size], self.cfg)
         noise = torch.stack([self.gumbel(p) for p in positions])  # [R, V]

@@ -33,7 +33,8 @@ class LookaheadConfig:
     are better spent on a long chain than on a wide Jacobi window (W=1). `context_tokens` bounds how
     deep a guess (copied or recycled) may go, not how deep a step verifies: the allocator
     (engine/allocator.py) takes a deeper prefix only where the calibrated odds of its tokens pay for
-    the rows, so 11 (README, "Measured: deeper guesses") costs nothing where guesses fail early.
+    the rows, so 11 costs nothing where guesses fail early (README, "Measured: guesses up to 11 tokens
+    deep").
     """
 
     window: int = 1

@@ -105,9 +105,9 @@ def test_greedy_choice_is_the_first_maximum_in_the_logits_own_dtype(dtype: torch
     chooser = TokenChooser(SamplingConfig(temperature=0.0), 50)
     rows = torch.randn(6, 50, generator=torch.Generator().manual_seed(0), dtype=torch.float64).to(dtype)
     rows[1, 7] = rows[1, 30] = rows[1].max() + 1  # a tie: the first of the two maxima (7) wins
-    # float64 values 1 + 1e-12 apart: only a float64 argmax sees that column 9 is larger than column 3
+    # 10 and 10 + 1e-12: only a float64 argmax sees that column 9 is larger than column 3
     rows[2, 3], rows[2, 9] = 10.0, 10.0 + 1e-12
     chosen = chooser.choose(rows, list(range(6)))
     assert chosen == rows.argmax(dim=-1).tolist()
     assert chosen[1] == 7
-    assert chosen[2] == (9 if dtype == torch.float64 else 3)  # 1 + 1e-12 rounds to 10 below float64
+    assert chosen[2] == (9 if dtype == torch.float64 else 3)  # 10 + 1e-12 rounds to 10 below float64

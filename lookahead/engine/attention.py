@@ -111,7 +111,9 @@ def exact_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: 
     scale = scaling if scaling is not None else d ** -0.5
     acc = torch.promote_types(query.dtype, torch.float32)  # softmax in float32 at least (float64 stays)
     grouped = query.reshape(b, kv_heads, groups * q, d)  # [B, Hkv, G*Q, D]: no copy of the keys
-    scores = torch.matmul(grouped, key.transpose(-1, -2)).to(acc) * scale  # [B, Hkv, G*Q, K]
+    # The cache hands out keys as a view of a longer buffer; matmul would copy that view into a
+    # transposed layout first, ~2.5x slower than this explicit copy (same kernel after it, same bits).
+    scores = torch.matmul(grouped, key.contiguous().transpose(-1, -2)).to(acc) * scale  # [B, Hkv, G*Q, K]
     scores = scores.view(b, kv_heads, groups, q, k)
     if attention_mask is not None:
         scores = scores + attention_mask[..., :k].to(acc)[:, :, None]  # mask [B, 1, Q, K] -> [B, 1, 1, Q, K]

@@ -162,6 +162,29 @@ def test_keys_are_zero_padded_to_the_alignment_and_the_length_stays_real() -> No
     assert keys[0, 0, 4, 0] == 7.0 and torch.equal(keys[..., 5:, :], torch.zeros(1, 2, 3, 4))  # stale rows zeroed
 
 
+def test_exact_attention_does_not_depend_on_the_key_buffers_spare_room() -> None:
+    # The cache hands out keys and values as views of buffers that grow by doubling, so the same step
+    # sees a strided view in one run and a whole buffer in another (lookahead fills its buffer sooner
+    # than autoregressive decoding). bf16 matmuls may take other kernels for other layouts; the
+    # exact attention must come out the same bits either way.
+    from types import SimpleNamespace
+
+    from lookahead.engine.attention import exact_attention, exact_passes
+
+    g = torch.Generator().manual_seed(3)
+    module = SimpleNamespace(num_key_value_groups=3, is_causal=False, training=False)
+    for keys, spare in ((64, 64), (320, 192), (1088, 960)):
+        buf_k = torch.randn(1, 2, keys + spare, 16, generator=g).to(torch.bfloat16)
+        buf_v = torch.randn(1, 2, keys + spare, 16, generator=g).to(torch.bfloat16)
+        query = torch.randn(1, 6, 5, 16, generator=g).to(torch.bfloat16)
+        mask = torch.zeros(1, 1, 5, keys, dtype=torch.bfloat16)
+        mask[..., keys - 20 :] = torch.finfo(torch.bfloat16).min
+        with exact_passes():
+            strided, _ = exact_attention(module, query, buf_k[:, :, :keys], buf_v[:, :, :keys], mask)
+            whole, _ = exact_attention(module, query, buf_k[:, :, :keys].clone(), buf_v[:, :, :keys].clone(), mask)
+        assert torch.equal(strided, whole), keys
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 def test_exact_attention_equals_sdpa_in_float64(arch: str) -> None:
     lm = model64(arch)

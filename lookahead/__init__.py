@@ -29,6 +29,8 @@ _EXPORTS: dict[str, str] = {
     "generate": "lookahead.generation",
     "stream": "lookahead.generation",
     "stream_events": "lookahead.generation",
+    "load_learned": "lookahead.learned",
+    "save_learned": "lookahead.learned",
     "ConfigError": "lookahead.errors",
     "LookaheadError": "lookahead.errors",
     "ModelNotFoundError": "lookahead.errors",
@@ -76,4 +78,5 @@ if TYPE_CHECKING:
         stream_events,
     )
     from lookahead.errors import ConfigError, LookaheadError, ModelNotFoundError, PromptError
+    from lookahead.learned import load_learned, save_learned
     from lookahead.models import DEFAULT_MODEL, LoadedModel, load

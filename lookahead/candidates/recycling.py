@@ -65,6 +65,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from heapq import heappop, heappush
+from typing import Any
 
 from lookahead.engine.sources import HISTORY, Candidate, Observation
 
@@ -121,6 +122,34 @@ class SuccessorTable:
 
     def __len__(self) -> int:
         return len(self.adj)
+
+    # -- files (lookahead/learned.py) -----------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        """Rows as JSON-ready lists; keyed rows least recently written first."""
+        return {"top_k": self.top_k, "order": self.order, "max_contexts": self.max_contexts,
+                "adj": [[t, list(row)] for t, row in self.adj.items()],
+                "confirmed": [[t, n] for t, n in self.confirmed.items()],
+                "contexts": [[list(key), list(row)] for key, row in self.contexts.items()]}
+
+    @classmethod
+    def from_json(cls, data: Any, vocab: int | None = None) -> SuccessorTable:
+        """The table `to_json` wrote; `vocab`: refuse token ids outside 0 .. vocab-1. Raises
+        ValueError/TypeError/KeyError on anything else."""
+        out = cls(data["top_k"], data["order"], data["max_contexts"])
+        hi = vocab if vocab is not None else float("inf")
+
+        def ids(xs: Any, least: int, most: int) -> tuple[int, ...]:
+            if not (least <= len(xs) <= most and all(isinstance(t, int) and 0 <= t < hi for t in xs)):
+                raise ValueError(f"bad token ids {xs!r} (want {least}..{most} ids below {hi})")
+            return tuple(xs)
+
+        for token, row in data["adj"]:
+            out.adj[ids([token], 1, 1)[0]] = ids(row, 0, out.top_k)
+        for token, nxt in data["confirmed"]:
+            out.confirmed[ids([token], 1, 1)[0]] = ids([nxt], 1, 1)[0]
+        for key, row in data["contexts"]:
+            out.write_key(ids(key, 2, out.order), ids(row, 0, out.top_k))
+        return out
 
 
 class RecyclingSource:

@@ -12,7 +12,8 @@ from lookahead.candidates.ngram_cache import NGramCache
 from lookahead.config import STRATEGIES, LookaheadConfig, PromptLookupConfig, SamplingConfig, SpeculativeConfig
 from lookahead.generation import GenerationResult, generate, stream_events
 from lookahead.engine.certify import Certificate, certify
-from lookahead.errors import PromptError
+from lookahead.errors import ConfigError, PromptError
+from lookahead.learned import load_learned, save_learned
 from lookahead.models import DEFAULT_MODEL, load
 from lookahead.models.dtypes import CHOICES as DTYPE_CHOICES
 from lookahead.models.dtypes import parse as parse_dtype
@@ -50,6 +51,10 @@ def register(sub: Any) -> None:
     p.add_argument("--ngram-cache", type=Path, default=None, metavar="FILE",
                    help="cross-request n-gram cache for lookahead/prompt_lookup: read from FILE if it exists, "
                         "updated with this response and written back")
+    p.add_argument("--learned", type=Path, default=None, metavar="FILE",
+                   help="what earlier runs on this model learned (how often each source's guesses are accepted, the "
+                        "model's recycled successors): read from FILE if it exists, updated by this run and written "
+                        "back. Steps start as long as earlier runs taught; tokens are the same either way")
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--top-k", type=int, default=0)
@@ -101,10 +106,15 @@ def run(args: argparse.Namespace) -> int:
     if args.max_new_tokens < 1:
         raise PromptError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     parse_dtype(args.dtype)  # an unsupported dtype is refused before the model loads
+    if args.learned is not None and not args.learned.parent.is_dir():
+        raise ConfigError(f"--learned {args.learned}: there is no folder {args.learned.parent}; create it or "
+                          "point to a file in an existing one")
     cache = None
     if args.ngram_cache is not None:
         cache = NGramCache.load(args.ngram_cache) if args.ngram_cache.exists() else NGramCache()
     loaded = load(args.model, dtype=args.dtype)
+    if args.learned is not None and args.learned.exists():
+        load_learned(loaded, args.learned)
     common = dict(max_new_tokens=args.max_new_tokens, lookahead=la, sampling=sampling, stop=args.stop, raw=args.raw,
                   adaptive=args.adaptive, exact=args.exact,
                   prompt_lookup=lookup, speculative=spec, ngram_cache=cache)
@@ -113,6 +123,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if cache is not None:
             cache.save(args.ngram_cache)
+        if args.learned is not None:
+            save_learned(loaded, args.learned)
 
 
 def _run_loaded(args: argparse.Namespace, loaded: Any, prompt: str, common: dict[str, Any]) -> int:

@@ -141,6 +141,38 @@ class Calibrator:
             self._sib_pred[r] = d * self._sib_pred.get(r, 0.0) + p
             self._sib_hits[r] = d * self._sib_hits.get(r, 0.0) + (1.0 if rank == hit_rank else 0.0)
 
+    # -- files (lookahead/learned.py) -----------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        """The decayed counts, as JSON-ready lists (the configuration is not kept: a loaded calibrator
+        takes the one it is given)."""
+        return {"keys": [[s, f, d, self.hits.get((s, f, d), 0.0), n] for (s, f, d), n in self.reached.items()],
+                "siblings": [[r, self._sib_pred.get(r, 0.0), self._sib_hits.get(r, 0.0)]
+                             for r in sorted(set(self._sib_pred) | set(self._sib_hits))]}
+
+    @classmethod
+    def from_json(cls, data: Any, cfg: CalibrationConfig = CalibrationConfig()) -> Calibrator:
+        """The calibrator `to_json` wrote, under `cfg`. Raises ValueError/TypeError/KeyError on
+        anything else."""
+        out = cls(cfg)
+        for source, feature, depth, hit, reached in data["keys"]:
+            if not (isinstance(source, str) and isinstance(feature, int) and isinstance(depth, int) and depth >= 1
+                    and 0.0 <= float(hit) <= float(reached)):
+                raise ValueError(f"bad calibration entry {[source, feature, depth, hit, reached]}")
+            key, sd = (source, feature, depth), (source, depth)
+            out.hits[key], out.reached[key] = float(hit), float(reached)
+            out._hits_sd[sd] = out._hits_sd.get(sd, 0.0) + float(hit)  # the backoff's sums over features
+            out._reached_sd[sd] = out._reached_sd.get(sd, 0.0) + float(reached)
+        for rank, predicted, hits in data["siblings"]:
+            if not (isinstance(rank, int) and 0 <= rank < SIBLING_RANKS and float(predicted) >= 0 <= float(hits)):
+                raise ValueError(f"bad sibling entry {[rank, predicted, hits]}")
+            out._sib_pred[rank], out._sib_hits[rank] = float(predicted), float(hits)
+        return out
+
+    @property
+    def empty(self) -> bool:
+        """No guess has been scored yet."""
+        return not self.reached and not self._sib_pred
+
     def tracker(self) -> GuessTracker:
         """A per-request scorer that feeds this calibrator."""
         return GuessTracker(self)

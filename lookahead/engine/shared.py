@@ -35,6 +35,19 @@ def shared(owner: Any, kind: str, label: str, factory: Callable[[], T]) -> T:
         return per_owner[key]  # type: ignore[no-any-return]
 
 
+def shared_items(owner: Any) -> dict[tuple[str, str], Any]:
+    """Every object shared on `owner`, by (kind, label) (a copy of the mapping, not of the objects)."""
+    with _lock:
+        return dict(_shared.get(owner, {}))
+
+
+def put_shared(owner: Any, kind: str, label: str, value: Any) -> None:
+    """Make `value` the `kind` object that requests on `owner` labelled `label` share from now on
+    (lookahead/learned.py restores what an earlier process learned). Requests already running keep theirs."""
+    with _lock:
+        _shared.setdefault(owner, {})[(kind, label)] = value
+
+
 def reset_shared() -> None:
     """Forget everything requests share: the next request on each model starts from the priors again
     (for runs whose step structure must not depend on what ran before them in the process)."""

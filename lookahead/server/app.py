@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from lookahead.candidates.ngram_cache import NGramCaches
+from lookahead.learned import read_learned, write_learned
 from lookahead.server.config import ServerConfig
 from lookahead.server.errors import APIError, install_error_handlers
 from lookahead.server.metrics import UNLABELLED, ServerMetrics
@@ -65,13 +66,16 @@ def settle_tokenizer(loaded: Any) -> None:
 
 
 def create_app(
-    loaded: Any, config: ServerConfig, *, stream_fn: StreamFn | None = None, drafts: dict[str, Any] | None = None
+    loaded: Any, config: ServerConfig, *, stream_fn: StreamFn | None = None, drafts: dict[str, Any] | None = None,
+    learned: dict[str, dict[str, Any]] | None = None,
 ) -> FastAPI:
     """The server for `loaded` (a lookahead LoadedModel), decoding up to `config.max_batch` requests per
     forward pass; with `stream_fn` (a stand-in for lookahead.stream_events) it runs one request at a time
     through that function instead.
     `drafts`: the policy's draft models by name, as load_policy_drafts() returns them (None: load them
-    now; a ConfigError names the policy entry that cannot be served)."""
+    now; a ConfigError names the policy entry that cannot be served). `learned`: what each request class
+    learned before, as lookahead.learned.read_learned returns it (None: read config.learned_file if it
+    exists; it is written back at shutdown)."""
     worker: ModelWorker
     if drafts is None:
         drafts = load_policy_drafts(config.policy, loaded)
@@ -106,19 +110,28 @@ def create_app(
             ngram_caches=caches,
             adaptive=config.adaptive,
         )
+    if learned is None and config.learned_file and os.path.exists(config.learned_file):
+        learned = read_learned(loaded, config.learned_file)
+    worker.restore_learned(learned or {})
     started = int(time.time())
 
     def startup() -> None:
         worker.start()
 
     def shutdown() -> None:
-        """Let in-flight requests end (bounded by shutdown_timeout_s), then save the n-gram caches."""
+        """Let in-flight requests end (bounded by shutdown_timeout_s), then save the n-gram caches and what
+        the classes learned."""
         worker.stop(config.shutdown_timeout_s)
         if caches is not None and config.ngram_cache_file:
             try:  # after the worker stopped: nothing writes them now
                 caches.save(config.ngram_cache_file)
             except OSError as exc:
                 logging.getLogger("lookahead.server").error("could not save the n-gram caches: %s", exc)
+        if config.learned_file:
+            try:
+                write_learned(loaded, config.learned_file, worker.learned())
+            except OSError as exc:
+                logging.getLogger("lookahead.server").error("could not save what the classes learned: %s", exc)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -139,6 +139,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--ngram-cache-file", metavar="FILE", help="load those caches from FILE at start (if it exists), save at exit"
     )
+    p.add_argument(
+        "--learned-file", metavar="FILE",
+        help="load what each request class learned (acceptance of its guesses, the model's recycled successors) "
+             "from FILE at start (if it exists), save at exit: a restarted server starts where it left off",
+    )
     p.add_argument("--threads", type=int, default=None, metavar="N",
                    help="torch threads for the model (default: the cores less one, at least 1: the HTTP side "
                    "needs a core, and spinning model threads that share it slow both; see docs/server.md)")
@@ -170,6 +175,8 @@ def serve_command(args: argparse.Namespace) -> int:
         config = config_from_args(args)
         if config.ngram_cache_file:
             _check_cache_file(config.ngram_cache_file)
+        if config.learned_file:
+            _check_writable_folder(config.learned_file, "learned-state")
         cluster = cluster_from_args(args)
         sock = _bind(config.host, config.port)
     except (LookaheadError, OSError) as exc:
@@ -195,10 +202,14 @@ def serve_command(args: argparse.Namespace) -> int:
 
                 config = replace(config, max_batch=default_max_batch(loaded)[0])
             drafts = load_policy_drafts(config.policy, loaded)
+            from lookahead.learned import read_learned
+
+            learned = read_learned(loaded, config.learned_file) if config.learned_file and \
+                os.path.exists(config.learned_file) else {}
         except (LookaheadError, ValueError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        run(loaded, config, sock, log_level=args.log_level, drafts=drafts)
+        run(loaded, config, sock, log_level=args.log_level, drafts=drafts, learned=learned)
     return 0
 
 
@@ -233,6 +244,8 @@ def cluster_from_args(args: argparse.Namespace) -> Any:
     if args.ngram_cache_file:
         raise LookaheadError("--ngram-cache-file is per process; under --ray each replica keeps its own caches "
                              "in memory (use --ngram-cache without a file)")
+    if args.learned_file:
+        raise LookaheadError("--learned-file is per process; under --ray each replica learns in memory")
     from lookahead.cluster.launch import require_ray
 
     require_ray()
@@ -261,9 +274,13 @@ def _check_cache_file(path: str) -> None:
 
     if os.path.exists(path):
         NGramCaches.load(path)
+    _check_writable_folder(path, "n-gram cache")
+
+
+def _check_writable_folder(path: str, what: str) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-        raise LookaheadError(f"cannot write the n-gram cache file {path}: {folder} is not a writable folder")
+        raise LookaheadError(f"cannot write the {what} file {path}: {folder} is not a writable folder")
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
@@ -290,6 +307,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         shutdown_timeout_s=args.shutdown_timeout,
         ngram_cache_classes=tuple(c.strip() for c in args.ngram_cache.split(",") if c.strip()),
         ngram_cache_file=args.ngram_cache_file,
+        learned_file=args.learned_file,
     )
 
 
@@ -339,12 +357,13 @@ def uvicorn_config(app: Any, config: ServerConfig, *, log_level: str = "info", *
 
 
 def run(
-    loaded: Any, config: ServerConfig, sock: socket.socket, *, log_level: str = "info", drafts: dict[str, Any] | None = None
+    loaded: Any, config: ServerConfig, sock: socket.socket, *, log_level: str = "info", drafts: dict[str, Any] | None = None,
+    learned: dict[str, dict[str, Any]] | None = None,
 ) -> None:
     """Serve until SIGTERM/SIGINT; then stop accepting, let in-flight work end (bounded), return."""
     from lookahead.server.app import create_app
 
-    app = create_app(loaded, config, drafts=drafts)
+    app = create_app(loaded, config, drafts=drafts, learned=learned)
     uv_config = uvicorn_config(app, config, log_level=log_level)
     logging.getLogger("lookahead.server").setLevel(log_level.upper())
     host, port = sock.getsockname()[:2]

@@ -34,6 +34,9 @@ class ServerConfig:
         to later requests of the same class (lookahead and prompt_lookup). Opt-in; bounded, LRU.
     ngram_cache_file: where those caches are loaded from at start (if the file exists) and saved to at
         shutdown. Set by the operator only; no request field can name a file.
+    learned_file: where what each request class learned (its calibrated acceptance, the model's recycled
+        successors; lookahead/learned.py) is loaded from at start (if the file exists) and saved to at
+        shutdown, so a restarted server verifies as much as the old one had learned to. Operator only.
     policy_source: where the policy came from, as /v1/policy shows it (a file name, never a path);
         empty: derived from the policy (the built-in default's shape, or "set in code").
     api_keys: (key, cache classes) pairs besides `api_key`: each key may use the n-gram caches of the
@@ -65,6 +68,7 @@ class ServerConfig:
     max_class_labels: int = 32
     ngram_cache_classes: tuple[str, ...] = ()
     ngram_cache_file: str | None = None
+    learned_file: str | None = None
     api_keys: tuple[tuple[str, tuple[str, ...]], ...] = ()
     client_overrides: str = "capped"
     adaptive: bool = True
@@ -106,6 +110,8 @@ class ServerConfig:
             raise ConfigError(f"n-gram cache classes must be non-empty class names, got {classes!r}")
         if self.ngram_cache_file is not None and not (isinstance(self.ngram_cache_file, str) and self.ngram_cache_file):
             raise ConfigError("the n-gram cache file is empty; give a path or leave --ngram-cache-file out")
+        if self.learned_file is not None and not (isinstance(self.learned_file, str) and self.learned_file):
+            raise ConfigError("the learned-state file is empty; give a path or leave --learned-file out")
         if self.client_overrides not in CLIENT_OVERRIDES:
             raise ConfigError(f"client overrides must be one of {', '.join(CLIENT_OVERRIDES)}, got {self.client_overrides!r}")
         if not isinstance(self.adaptive, bool):

@@ -164,6 +164,21 @@ class ModelWorker:
         self._service_s = 1.0  # moving average of one job's run time, for Retry-After
 
     # -- state, read from the event loop -------------------------------------------------------
+    def learned(self) -> dict[str, dict[str, Any]]:
+        """Per class label: {"calibrator": ..., "successors": ...}, what its requests learned (lookahead/learned.py)."""
+        out: dict[str, dict[str, Any]] = {label: {"calibrator": cal} for label, cal in list(self._calibrators.items())}
+        for label, table in list(self._successors.items()):
+            out.setdefault(label, {})["successors"] = table
+        return out
+
+    def restore_learned(self, learned: dict[str, dict[str, Any]]) -> None:
+        """Start from what an earlier server learned (before the first request)."""
+        for label, kinds in learned.items():
+            if "calibrator" in kinds:
+                self._calibrators[label] = kinds["calibrator"]
+            if "successors" in kinds:
+                self._successors[label] = kinds["successors"]
+
     def calibration(self) -> dict[str, dict[str, dict[str, float]]]:
         """Per class: the calibrated acceptance of its guesses, per source/feature/depth."""
         return {label: cal.report() for label, cal in list(self._calibrators.items())}

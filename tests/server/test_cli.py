@@ -97,6 +97,20 @@ def test_unwritable_ngram_cache_folder_exits_2(capsys: pytest.CaptureFixture[str
     assert len(err) == 1 and "is not a writable folder" in err[0], err
 
 
+def test_learned_file_in_a_missing_folder_exits_2_and_a_foreign_one_after_the_load(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ("--port", str(free_port()), "--model", "tiny:llama")
+    assert serve_command(parse(*argv, "--learned-file", "/nonexistent/dir/l.json")) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "learned-state file" in err[0] and "is not a writable folder" in err[0], err
+    foreign = tmp_path / "learned.json"
+    foreign.write_text('{"version": 1, "model": "someone-else", "vocab": 7, "labels": {}}')
+    assert serve_command(parse(*argv, "--learned-file", str(foreign))) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "learned on someone-else" in err[0] and "use a file per model" in err[0], err
+
+
 def test_busy_port_exits_2_before_loading_the_model(capsys: pytest.CaptureFixture[str]) -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))

@@ -180,3 +180,29 @@ def test_opt_in_ngram_cache_per_class_persists_and_stays_lossless(tiny: Any, tmp
         assert value(only_chat, "lookahead_ngram_cache_entries", request_class="chat") == 0
         assert ("lookahead_ngram_cache_entries", (("request_class", "code"),)) not in only_chat
     assert NGramCaches.load(path).classes == ("chat",)
+
+
+def test_learned_file_carries_each_class_across_a_restart(tiny: Any, tmp_path: Any) -> None:
+    # What a class's requests learned (calibrated acceptance, recycled successors) is saved at shutdown
+    # and is where the next server starts: /v1/policy shows the code class's calibration before any
+    # request. Tokens are the model's either way.
+    import json
+
+    path = tmp_path / "learned.json"
+    config = ServerConfig(policy=POLICY, learned_file=str(path), adaptive=False)
+    reference = lookahead.generate(tiny, CHAT, max_new_tokens=16, strategy="autoregressive").text
+    with serve(tiny, config) as server, server.http() as http:
+        assert http.get("/v1/policy").json()["calibration"] == {}
+        for _ in range(2):
+            reply = server.openai().chat.completions.create(
+                model=MODEL, messages=CHAT, max_tokens=16, temperature=0, metadata={"request_class": "code"})
+            assert reply.choices[0].message.content == reference
+        learned = http.get("/v1/policy").json()["calibration"]["code"]
+    saved = json.loads(path.read_text())
+    assert path.stat().st_mode & 0o777 == 0o600  # statistics of users' text: owner-only
+    assert set(saved["labels"]) == {"code"} and set(saved["labels"]["code"]) == {"calibrator", "successors"}
+    with serve(tiny, config) as server, server.http() as http:
+        assert http.get("/v1/policy").json()["calibration"] == {"code": learned}
+        reply = server.openai().chat.completions.create(
+            model=MODEL, messages=CHAT, max_tokens=16, temperature=0, metadata={"request_class": "code"})
+        assert reply.choices[0].message.content == reference

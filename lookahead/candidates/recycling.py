@@ -125,11 +125,13 @@ class SuccessorTable:
 
     # -- files (lookahead/learned.py) -----------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
-        """Rows as JSON-ready lists; keyed rows least recently written first."""
+        """Rows as JSON-ready lists; keyed rows least recently written first. Safe beside a request that
+        writes the table in another thread (it reads copies: one C-level copy each, atomic under the GIL)."""
+        adj, confirmed, contexts = dict(self.adj), dict(self.confirmed), OrderedDict(self.contexts)
         return {"top_k": self.top_k, "order": self.order, "max_contexts": self.max_contexts,
-                "adj": [[t, list(row)] for t, row in self.adj.items()],
-                "confirmed": [[t, n] for t, n in self.confirmed.items()],
-                "contexts": [[list(key), list(row)] for key, row in self.contexts.items()]}
+                "adj": [[t, list(row)] for t, row in adj.items()],
+                "confirmed": [[t, n] for t, n in confirmed.items()],
+                "contexts": [[list(key), list(row)] for key, row in contexts.items()]}
 
     @classmethod
     def from_json(cls, data: Any, vocab: int | None = None) -> SuccessorTable:

@@ -144,10 +144,10 @@ class Calibrator:
     # -- files (lookahead/learned.py) -----------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
         """The decayed counts, as JSON-ready lists (the configuration is not kept: a loaded calibrator
-        takes the one it is given)."""
-        return {"keys": [[s, f, d, self.hits.get((s, f, d), 0.0), n] for (s, f, d), n in self.reached.items()],
-                "siblings": [[r, self._sib_pred.get(r, 0.0), self._sib_hits.get(r, 0.0)]
-                             for r in sorted(set(self._sib_pred) | set(self._sib_hits))]}
+        takes the one it is given). Reads copies, like `report`."""
+        reached, hits, pred, sib_hits = dict(self.reached), dict(self.hits), dict(self._sib_pred), dict(self._sib_hits)
+        return {"keys": [[s, f, d, min(hits.get((s, f, d), 0.0), n), n] for (s, f, d), n in reached.items()],
+                "siblings": [[r, pred.get(r, 0.0), sib_hits.get(r, 0.0)] for r in sorted(set(pred) | set(sib_hits))]}
 
     @classmethod
     def from_json(cls, data: Any, cfg: CalibrationConfig = CalibrationConfig()) -> Calibrator:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -67,23 +68,43 @@ def write_learned(loaded: Any, path: str | Path, learned: Mapping[str, Mapping[s
     labels = {label: {kind: obj.to_json() for kind, obj in kinds.items() if _learned_something(obj)}
               for label, kinds in learned.items()}
     data = {"version": FILE_VERSION, **identity(loaded), "labels": {k: v for k, v in labels.items() if v}}
-    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:
-        fh.write(json.dumps(data, separators=(",", ":")))
-    tmp.replace(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")  # owner-only, unique
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(json.dumps(data, separators=(",", ":")))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def check_learned_file(path: str | Path) -> dict[str, Any]:
+    """Before a model loads: `path`'s folder is writable (it is written back), and the file, where it
+    exists, is a readable learned-state file of this version. Returns its contents ({} when absent).
+    ConfigError otherwise, saying what to do."""
+    path = Path(path)
+    folder = path.absolute().parent
+    if path.is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
+        raise ConfigError(f"cannot write the learned-state file {path}: give a file in a writable folder")
+    return _read_file(path) if path.exists() else {}
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read learned-state file {path}: {exc}; delete it or point to another one") from None
+    if not isinstance(data, dict) or data.get("version") != FILE_VERSION or not isinstance(data.get("labels"), dict):
+        raise ConfigError(f"{path} is not a version-{FILE_VERSION} learned-state file; delete it or point to another one")
+    return data
 
 
 def read_learned(loaded: Any, path: str | Path) -> dict[str, dict[str, Any]]:
     """{label: {kind: object}} from a file `write_learned` wrote for this model; ConfigError otherwise."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"no learned-state file at {path}; save one first or drop the option") from None
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot read learned-state file {path}: {exc}; delete it or point to another one") from None
-    if not isinstance(data, dict) or data.get("version") != FILE_VERSION:
-        raise ConfigError(f"{path} is not a version-{FILE_VERSION} learned-state file; delete it or point to another one")
+    if not path.exists():
+        raise ConfigError(f"no learned-state file at {path}; save one first or drop the option")
+    data = _read_file(path)
     mine = identity(loaded)
     theirs = {k: data.get(k) for k in mine}
     if theirs != mine:
@@ -93,6 +114,8 @@ def read_learned(loaded: Any, path: str | Path) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     try:
         for label, kinds in data["labels"].items():
+            if not isinstance(label, str) or not isinstance(kinds, dict):
+                raise ValueError(f"label {label!r} holds {type(kinds).__name__}, not a mapping of kinds")
             for kind, state in kinds.items():
                 if kind == "calibrator":
                     out.setdefault(label, {})[kind] = Calibrator.from_json(state)

@@ -44,7 +44,8 @@ def test_a_successor_table_read_back_walks_and_forgets_as_the_one_written() -> N
     table.confirmed[7] = 8
     table.write_key((1, 7), (9, 8))  # oldest keyed row
     table.write_key((2, 7), (8,))
-    back = SuccessorTable.from_json(json.loads(json.dumps(table.to_json())), vocab=10)
+    back = SuccessorTable.from_json(json.loads(json.dumps(table.to_json())), vocab=10,
+                                    into=SuccessorTable(top_k=3, order=2, max_contexts=2))
     assert (back.adj, back.confirmed, back.top_k, back.order) == (table.adj, table.confirmed, 3, 2)
     assert back.row((1,), 7) == ((9, 8), 2) and back.row((5,), 7) == ((8, 9), 1)
     # The least recently written keyed row is still the first to go.
@@ -55,8 +56,10 @@ def test_a_successor_table_read_back_walks_and_forgets_as_the_one_written() -> N
 
 @pytest.mark.parametrize("broken, needle", [
     ({"adj": [[12, [1]]]}, "below 10"),  # a token outside the model's vocabulary
-    ({"adj": [[1, [2, 3, 4, 5]]]}, "0..3"),  # a row longer than top_k
-    ({"contexts": [[[1], [2]]]}, "2..2"),  # a keyed row without its preceding token
+    ({"adj": [[1, [2, 3, 4, 5]]]}, "0..3"),  # a row longer than the file's own top_k
+    ({"contexts": [[[1], [2]]]}, "want 2.."),  # a keyed row without its preceding token
+    ({"adj": [[1, ["2"]]]}, "bad token ids"),  # a string is not a token id
+    ({"top_k": float("inf")}, "top_k must be an integer"),
 ])
 def test_a_successor_table_from_another_vocabulary_or_shape_is_refused(broken: dict, needle: str) -> None:
     data = {**SuccessorTable(top_k=3, order=2).to_json(), **broken}
@@ -64,9 +67,29 @@ def test_a_successor_table_from_another_vocabulary_or_shape_is_refused(broken: d
         SuccessorTable.from_json(data, vocab=10)
 
 
-def test_a_calibrator_with_more_hits_than_tries_is_refused() -> None:
-    with pytest.raises(ValueError, match="bad calibration entry"):
-        Calibrator.from_json({"keys": [["recycle", 0, 1, 3.0, 2.0]], "siblings": []})
+def test_a_table_is_read_into_todays_settings_not_the_files() -> None:
+    # Written by a table of top-12 rows at order 3; read into the default (top-8, order 2) that the
+    # recycle source is built for: rows are cut to 8 and the rows keyed by two preceding tokens left out.
+    old = SuccessorTable(top_k=12, order=3)
+    old.adj[5] = tuple(range(12))
+    old.write_key((1, 5), (7,))
+    old.write_key((0, 1, 5), (8,))
+    back = SuccessorTable.from_json(old.to_json())
+    assert (back.top_k, back.order) == (8, 2)
+    assert back.adj[5] == tuple(range(8)) and dict(back.contexts) == {(1, 5): (7,)}
+
+
+@pytest.mark.parametrize("entry", [
+    ["recycle", 0, 1, 3.0, 2.0],  # more hits than tries
+    ["recycle", 0, 1, 1.0, float("inf")],  # not finite
+    ["recycle", 0, 1, "1", 2.0],  # a string is not a count
+    ["recycle", True, 1, 1.0, 2.0],  # nor is a bool a feature
+])
+def test_a_calibrator_entry_that_no_calibrator_writes_is_refused(entry: list) -> None:
+    with pytest.raises(ValueError, match="calibration entry"):
+        Calibrator.from_json({"keys": [entry], "siblings": []})
+    with pytest.raises(ValueError, match="repeated"):  # the backoff's sums would count it twice
+        Calibrator.from_json({"keys": [["recycle", 0, 1, 1.0, 2.0]] * 2, "siblings": []})
 
 
 def _learn(lm: lookahead.LoadedModel) -> None:
@@ -104,6 +127,9 @@ def test_a_file_learned_on_another_model_is_refused(tmp_path: Path) -> None:
     path.write_text(json.dumps({**data, "model": "someone-else"}))
     with pytest.raises(ConfigError, match="learned on someone-else .* use a file per model"):
         load_learned(lm, path)
+    path.write_text(json.dumps({**data, "labels": {LABEL: ["not", "kinds"]}}))
+    with pytest.raises(ConfigError, match="not valid learned state"):
+        load_learned(lm, path)
     path.write_text("{not json")
     with pytest.raises(ConfigError, match="cannot read learned-state file"):
         load_learned(lm, path)
@@ -126,7 +152,15 @@ def test_generate_learned_reads_and_writes_the_file(tmp_path: Path, capsys: pyte
     assert json.loads(path.read_text())["labels"] != written["labels"]  # it learned on from the file
 
 
-def test_generate_learned_in_a_missing_folder_exits_2_before_loading(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["generate", "hi", "--model", "/nonexistent/model", "--learned", "/nonexistent/dir/l.json"]) == 2
+@pytest.mark.parametrize("where", ["missing-folder/l.json", "a-file/l.json", "a-folder", "corrupt.json"])
+def test_generate_learned_that_cannot_be_read_or_written_exits_2_before_loading(
+    where: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "a-file").write_text("")
+    (tmp_path / "a-folder").mkdir()
+    (tmp_path / "corrupt.json").write_text("{not json")
+    # The model does not exist either: the file is checked first, so the error names the file.
+    assert main(["generate", "hi", "--model", "/nonexistent/model", "--learned", str(tmp_path / where)]) == 2
     err = capsys.readouterr().err
-    assert "--learned" in err and "no folder" in err and "Traceback" not in err
+    assert str(tmp_path / where) in err and "learned-state file" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1

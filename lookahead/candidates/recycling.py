@@ -134,23 +134,31 @@ class SuccessorTable:
                 "contexts": [[list(key), list(row)] for key, row in contexts.items()]}
 
     @classmethod
-    def from_json(cls, data: Any, vocab: int | None = None) -> SuccessorTable:
-        """The table `to_json` wrote; `vocab`: refuse token ids outside 0 .. vocab-1. Raises
-        ValueError/TypeError/KeyError on anything else."""
-        out = cls(data["top_k"], data["order"], data["max_contexts"])
+    def from_json(cls, data: Any, vocab: int | None = None, into: SuccessorTable | None = None) -> SuccessorTable:
+        """The rows `to_json` wrote, in `into` (an empty table; None: one of the default settings): the
+        settings are today's, not the file's, as the calibrator takes its configuration; rows are cut to
+        its top_k and keyed rows beyond its order left out. `vocab`: refuse token ids outside
+        0 .. vocab-1. Raises ValueError/TypeError/KeyError otherwise."""
+        out = into if into is not None else cls()
+        top_k = out.top_k
         hi = vocab if vocab is not None else float("inf")
+        longest = data["top_k"]  # rows as long as the file's table kept them
+        if type(longest) is not int or longest < 1:
+            raise ValueError(f"top_k must be an integer >= 1, got {longest!r}")
 
         def ids(xs: Any, least: int, most: int) -> tuple[int, ...]:
-            if not (least <= len(xs) <= most and all(isinstance(t, int) and 0 <= t < hi for t in xs)):
+            if not (least <= len(xs) <= most and all(type(t) is int and 0 <= t < hi for t in xs)):
                 raise ValueError(f"bad token ids {xs!r} (want {least}..{most} ids below {hi})")
             return tuple(xs)
 
         for token, row in data["adj"]:
-            out.adj[ids([token], 1, 1)[0]] = ids(row, 0, out.top_k)
+            out.adj[ids([token], 1, 1)[0]] = ids(row, 0, longest)[:top_k]
         for token, nxt in data["confirmed"]:
             out.confirmed[ids([token], 1, 1)[0]] = ids([nxt], 1, 1)[0]
         for key, row in data["contexts"]:
-            out.write_key(ids(key, 2, out.order), ids(row, 0, out.top_k))
+            key = ids(key, 2, HISTORY + 1)
+            if len(key) <= out.order:
+                out.write_key(key, ids(row, 0, longest)[:top_k])
         return out
 
 

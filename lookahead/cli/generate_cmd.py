@@ -13,7 +13,7 @@ from lookahead.config import STRATEGIES, LookaheadConfig, PromptLookupConfig, Sa
 from lookahead.generation import GenerationResult, generate, stream_events
 from lookahead.engine.certify import Certificate, certify
 from lookahead.errors import ConfigError, PromptError
-from lookahead.learned import load_learned, save_learned
+from lookahead.learned import check_learned_file, load_learned, save_learned
 from lookahead.models import DEFAULT_MODEL, load
 from lookahead.models.dtypes import CHOICES as DTYPE_CHOICES
 from lookahead.models.dtypes import parse as parse_dtype
@@ -106,9 +106,8 @@ def run(args: argparse.Namespace) -> int:
     if args.max_new_tokens < 1:
         raise PromptError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     parse_dtype(args.dtype)  # an unsupported dtype is refused before the model loads
-    if args.learned is not None and not args.learned.parent.is_dir():
-        raise ConfigError(f"--learned {args.learned}: there is no folder {args.learned.parent}; create it or "
-                          "point to a file in an existing one")
+    if args.learned is not None:
+        check_learned_file(args.learned)  # before the model loads: a writable folder, a readable file
     cache = None
     if args.ngram_cache is not None:
         cache = NGramCache.load(args.ngram_cache) if args.ngram_cache.exists() else NGramCache()
@@ -121,10 +120,24 @@ def run(args: argparse.Namespace) -> int:
     try:
         return _run_loaded(args, loaded, prompt, common)
     finally:
-        if cache is not None:
+        _save(args, loaded, cache)
+
+
+def _save(args: argparse.Namespace, loaded: Any, cache: NGramCache | None) -> None:
+    """Write back the n-gram cache and the learned state; each is tried, a failure is one error line."""
+    failed = []
+    if cache is not None:
+        try:
             cache.save(args.ngram_cache)
-        if args.learned is not None:
+        except OSError as exc:
+            failed.append(f"could not write the n-gram cache to {args.ngram_cache}: {exc}")
+    if args.learned is not None:
+        try:
             save_learned(loaded, args.learned)
+        except OSError as exc:
+            failed.append(f"could not write the learned state to {args.learned}: {exc}")
+    if failed:
+        raise ConfigError("; ".join(failed))
 
 
 def _run_loaded(args: argparse.Namespace, loaded: Any, prompt: str, common: dict[str, Any]) -> int:

@@ -39,6 +39,7 @@ on it: it only sizes steps.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -155,15 +156,15 @@ class Calibrator:
         anything else."""
         out = cls(cfg)
         for source, feature, depth, hit, reached in data["keys"]:
-            if not (isinstance(source, str) and isinstance(feature, int) and isinstance(depth, int) and depth >= 1
-                    and 0.0 <= float(hit) <= float(reached)):
-                raise ValueError(f"bad calibration entry {[source, feature, depth, hit, reached]}")
+            if not (isinstance(source, str) and type(feature) is int and type(depth) is int and depth >= 1
+                    and _count(hit) and _count(reached) and hit <= reached) or (source, feature, depth) in out.reached:
+                raise ValueError(f"bad or repeated calibration entry {[source, feature, depth, hit, reached]}")
             key, sd = (source, feature, depth), (source, depth)
             out.hits[key], out.reached[key] = float(hit), float(reached)
             out._hits_sd[sd] = out._hits_sd.get(sd, 0.0) + float(hit)  # the backoff's sums over features
             out._reached_sd[sd] = out._reached_sd.get(sd, 0.0) + float(reached)
         for rank, predicted, hits in data["siblings"]:
-            if not (isinstance(rank, int) and 0 <= rank < SIBLING_RANKS and float(predicted) >= 0 <= float(hits)):
+            if not (type(rank) is int and 0 <= rank < SIBLING_RANKS and _count(predicted) and _count(hits)):
                 raise ValueError(f"bad sibling entry {[rank, predicted, hits]}")
             out._sib_pred[rank], out._sib_hits[rank] = float(predicted), float(hits)
         return out
@@ -222,6 +223,11 @@ class GuessTracker:
             for i in range(depth):
                 self.calibrator.observe(cand, i + 1, gen[start + i] == cand.tokens[i])
         self._pending = still
+
+
+def _count(x: Any) -> bool:
+    """A decayed count as a file may hold one: a finite number >= 0 (not a bool or a string)."""
+    return type(x) in (int, float) and math.isfinite(x) and x >= 0
 
 
 def shared_calibrator(owner: Any, label: str) -> Calibrator:

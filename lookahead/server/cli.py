@@ -139,11 +139,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--ngram-cache-file", metavar="FILE", help="load those caches from FILE at start (if it exists), save at exit"
     )
-    p.add_argument(
-        "--learned-file", metavar="FILE",
-        help="load what each request class learned (acceptance of its guesses, the model's recycled successors) "
-             "from FILE at start (if it exists), save at exit: a restarted server starts where it left off",
-    )
+    p.add_argument("--learned-file", metavar="FILE", help="load what each request class learned (acceptance of its "
+                   "guesses, the model's recycled successors) from FILE at start (if it exists), save at exit")
     p.add_argument("--threads", type=int, default=None, metavar="N",
                    help="torch threads for the model (default: the cores less one, at least 1: the HTTP side "
                    "needs a core, and spinning model threads that share it slow both; see docs/server.md)")
@@ -176,7 +173,9 @@ def serve_command(args: argparse.Namespace) -> int:
         if config.ngram_cache_file:
             _check_cache_file(config.ngram_cache_file)
         if config.learned_file:
-            _check_writable_folder(config.learned_file, "learned-state")
+            from lookahead.learned import check_learned_file
+
+            check_learned_file(config.learned_file)
         cluster = cluster_from_args(args)
         sock = _bind(config.host, config.port)
     except (LookaheadError, OSError) as exc:
@@ -274,13 +273,9 @@ def _check_cache_file(path: str) -> None:
 
     if os.path.exists(path):
         NGramCaches.load(path)
-    _check_writable_folder(path, "n-gram cache")
-
-
-def _check_writable_folder(path: str, what: str) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-        raise LookaheadError(f"cannot write the {what} file {path}: {folder} is not a writable folder")
+        raise LookaheadError(f"cannot write the n-gram cache file {path}: {folder} is not a writable folder")
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:

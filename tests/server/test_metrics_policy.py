@@ -203,6 +203,8 @@ def test_learned_file_carries_each_class_across_a_restart(tiny: Any, tmp_path: A
     assert set(saved["labels"]) == {"code"} and set(saved["labels"]["code"]) == {"calibrator", "successors"}
     with serve(tiny, config) as server, server.http() as http:
         assert http.get("/v1/policy").json()["calibration"] == {"code": learned}
+        restored = server.app.state.worker.learned()["code"]["successors"]
+        assert restored.to_json()["adj"] == saved["labels"]["code"]["successors"]["adj"] != []
         reply = server.openai().chat.completions.create(
             model=MODEL, messages=CHAT, max_tokens=16, temperature=0, metadata={"request_class": "code"})
         assert reply.choices[0].message.content == reference

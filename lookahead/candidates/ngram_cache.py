@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
@@ -211,11 +212,16 @@ def _entry_bytes(entry: Entry) -> int:
 
 
 def _write(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    # Owner-only: the entries are pieces of users' responses.
-    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:
-        fh.write(json.dumps(data, separators=(",", ":")))
-    tmp.replace(path)  # atomic: a crash never leaves half a file
+    # Owner-only (mkstemp's mode): the entries are pieces of users' responses. A temp file of its own per
+    # call (two savers never share one), renamed over the file: a crash never leaves half a file.
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(json.dumps(data, separators=(",", ":")))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _read(path: Path) -> dict[str, Any]:

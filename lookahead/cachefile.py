@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -29,3 +30,17 @@ def update_json(path: Path, key: str, value: Any) -> None:
         tmp.replace(path)
     except OSError:
         pass
+
+
+def write_private_json(path: Path, data: Any) -> None:
+    """Write `data` to `path` owner-only (mkstemp's mode: users' text or statistics of it) and atomically:
+    a temp file of its own per call (two writers never share one), renamed over the file, removed on
+    failure, so a crash never leaves half a file. Errors (OSError) are the caller's to report."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(json.dumps(data, separators=(",", ":")))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from lookahead.cachefile import write_private_json
 from lookahead.candidates.recycling import SuccessorTable
 from lookahead.engine.calibration import Calibrator
 from lookahead.engine.shared import put_shared, shared_items
@@ -68,14 +68,7 @@ def write_learned(loaded: Any, path: str | Path, learned: Mapping[str, Mapping[s
     labels = {label: {kind: obj.to_json() for kind, obj in kinds.items() if _learned_something(obj)}
               for label, kinds in learned.items()}
     data = {"version": FILE_VERSION, **identity(loaded), "labels": {k: v for k, v in labels.items() if v}}
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")  # owner-only, unique
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(json.dumps(data, separators=(",", ":")))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_private_json(path, data)
 
 
 def check_learned_file(path: str | Path) -> dict[str, Any]:

@@ -15,9 +15,7 @@ them as one JSON file.
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
@@ -25,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lookahead.cachefile import write_private_json
 from lookahead.errors import ConfigError
 
 FILE_VERSION = 1
@@ -212,16 +211,7 @@ def _entry_bytes(entry: Entry) -> int:
 
 
 def _write(path: Path, data: dict[str, Any]) -> None:
-    # Owner-only (mkstemp's mode): the entries are pieces of users' responses. A temp file of its own per
-    # call (two savers never share one), renamed over the file: a crash never leaves half a file.
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(json.dumps(data, separators=(",", ":")))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_private_json(path, data)  # owner-only: the entries are pieces of users' responses
 
 
 def _read(path: Path) -> dict[str, Any]:

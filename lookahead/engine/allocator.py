@@ -93,6 +93,9 @@ def allocate_batch(requests: Sequence[Candidates], cost: Callable[[int], float],
         return []
     least = max([1] + [r.fixed for r in requests if r.fixed is not None])
     most = max(least, min(max_width, (max_rows // b) if max_rows else max_width))
+    # Past the widest any request can fill, a width adds no expected tokens and costs no less (c(w) is
+    # already the cheapest width >= w), so it never wins: price only the widths up to there.
+    most = max(least, min(most, max(1 + len(r.tree) + r.aux_rows for r in requests)))
     chains = [_best_within(r, most, branches=False) for r in requests]  # [B][w] -> Allocation (one path)
     # any subtree where branches are free; two chains (one key view each) where they are not
     trees = chains if all(r.chain_only for r in requests) else \

@@ -145,6 +145,25 @@ def test_a_pass_is_padded_to_a_cheaper_wider_width() -> None:
     assert len(allocate(tree, tree.probs, curve).nodes) == 6
 
 
+def test_padding_follows_the_refined_curve() -> None:
+    # pad_to keeps the cheapest wider width from one sweep per refinement; after each observed step it
+    # must still pick what a search over every wider measured width picks (the cheapest, narrowest on ties).
+    curve = CostCurve({1: 1.0, 2: 1.78, 3: 2.2, 4: 2.0, 8: 1.86, 16: 2.34})
+
+    def searched(k: int) -> int:
+        wider = [w for w in curve.widths if w > k]
+        price = curve._cost  # a width's own price, before padding
+        best = min(wider, key=lambda w: (price(w), w), default=k)
+        return best if wider and price(best) < price(k) else k
+
+    assert curve.pad_to(3) == 8
+    # 8-row passes turn out slow (3x what the curve says), 4-row passes fast: 3 rows now run as 4
+    for width, seconds in [(1, 0.01), (8, 0.056), (4, 0.012)] * 40:
+        curve.observe(width, seconds)
+        assert all(curve.pad_to(k) == searched(k) for k in range(1, 20))
+    assert curve.pad_to(3) == 4 and curve.pad_to(5) == 5
+
+
 # -- one budget across a batch (allocate_batch) ---------------------------------------------------
 # A device whose passes cost the same up to 8 rows, then grow linearly: c(16) = 2, c(32) = 4.
 KNEE8 = CostCurve({1: 1.0, 8: 1.0, 16: 2.0, 32: 4.0})

@@ -18,10 +18,11 @@ a one-row pass: `with_views(k)` = c(k) + views, refined from the engine's timing
 from __future__ import annotations
 
 import bisect
+import math
 import weakref
 import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ from lookahead.engine.model_runner import Rows
 from lookahead.engine.numerics import KEY_ALIGN
 from lookahead.engine.query import build_query
 
-CURVE_VERSION = 2
+CURVE_VERSION = 3  # 3: rounds scaled by their own mean (a drifting machine); curves timed before are re-timed
 DEFAULT_WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 MEASURE_CONTEXT = 256  # cached tokens under the timed passes
 VIEWS_WIDTH = 9  # rows of the timed pass with a key view (root + two chains of 5 and 3 nodes)
@@ -59,6 +60,7 @@ class CostCurve:
         self.views = views  # extra cost of a pass with key views, in one-row passes
         self._scale: float | None = None  # EMA of seconds per unit of relative cost (t(1) in seconds)
         self._fixes: dict[tuple[int, bool], float] = {}  # (width, key views) -> EMA of observed / predicted
+        self._cheapest: list[tuple[int, float]] | None = None  # [i]: the cheapest of widths[i:] (see pad_to)
 
     def __call__(self, width: int) -> float:
         """Relative cost of a pass of `width` rows (only ratios between widths matter): the cost of the
@@ -78,12 +80,19 @@ class CostCurve:
         kernels are not monotone in the number of rows (float32 MKL here: 8 rows cost less than 4), and
         dummy rows are free to add, so a pass is padded to the cheapest width at or above its own."""
         k = max(width, self.floor or 1, 1)
-        best, best_cost = k, self._cost(k)
-        for w in self.widths[bisect.bisect_right(self.widths, k):]:
-            c = self._cost(w)
-            if c < best_cost:
-                best, best_cost = w, c
-        return best
+        i = bisect.bisect_right(self.widths, k)
+        if i == len(self.widths):
+            return k
+        if self._cheapest is None:  # the allocator prices every width each step: one sweep per refinement
+            self._cheapest = [(0, 0.0)] * len(self.widths)
+            best = (0, float("inf"))
+            for j in range(len(self.widths) - 1, -1, -1):
+                c = self._cost(self.widths[j])
+                if c <= best[1]:  # ties go to the narrower width
+                    best = (self.widths[j], c)
+                self._cheapest[j] = best
+        wider, wider_cost = self._cheapest[i]
+        return wider if wider_cost < self._cost(k) else k
 
     def _base(self, k: int) -> float:
         ws, cs = self.widths, self.costs
@@ -111,6 +120,7 @@ class CostCurve:
         unit = seconds / base
         self._scale = unit if self._scale is None else d * self._scale + (1 - d) * unit
         self._fixes[(k, views)] = d * self._fixes.get((k, views), 1.0) + (1 - d) * unit / self._scale
+        self._cheapest = None
 
     @property
     def seconds_per_unit(self) -> float | None:
@@ -133,13 +143,17 @@ class CostCurve:
         return cls({1: 1.0, 1024: 1.0}, floor, learns=False)
 
 
-def measure(model: Any, runner: Any, widths: Sequence[int] = DEFAULT_WIDTHS, repeats: int = 3,
-            context: int = MEASURE_CONTEXT) -> dict[int | str, float]:
-    """Median seconds of one pass of k rows over `context` cached tokens, per k, through the engine's own
-    model runner (so padding, exact attention and the LM head rows are what decoding pays). Where the
+def measure(model: Any, runner: Any, widths: Sequence[int] = DEFAULT_WIDTHS, repeats: int = 8,
+            context: int = MEASURE_CONTEXT, clock: Callable[[], float] = time.perf_counter) -> dict[int | str, float]:
+    """Seconds of one pass of k rows over `context` cached tokens, per k, through the engine's own model
+    runner (so padding, exact attention and the LM head rows are what decoding pays). A shared or
+    throttled machine changes speed over seconds, by more than the widths differ, so every round times
+    each width once (in alternating order) and is scaled by its own geometric mean: a width's figure is
+    the median over rounds of its share of the round, times the median round. Where the
     runner verifies branches over key views, also "views": the median over rounds of what a pass of
     VIEWS_WIDTH rows whose tree has a second chain off the root (one view) costs more than a chain of
-    that width timed next to it (a paired difference: the surcharge is small beside the pass)."""
+    that width timed next to it (a paired difference: the surcharge is small beside the pass).
+    `clock`: the timer (a test passes a simulated one)."""
     vocab = model.get_output_embeddings().weight.shape[0]
     gen = torch.Generator().manual_seed(0)
     cache = KVCache(KEY_ALIGN if runner.floor else 1)
@@ -161,15 +175,20 @@ def measure(model: Any, runner: Any, widths: Sequence[int] = DEFAULT_WIDTHS, rep
     times: dict[int | str, list[float]] = {k: [] for k in passes}
     rounds = repeats if "views" not in passes else max(repeats, 3 * VIEWS_ROUNDS)
     for rep in range(rounds + 1):  # the first round warms up and is dropped
-        for k, rows in passes.items():
+        for k, rows in list(passes.items())[:: 1 if rep % 2 else -1]:  # alternate: a drift cancels out
             if rep > repeats and isinstance(k, int):
                 continue  # the extra rounds time the views surcharge only
-            t0 = time.perf_counter()
+            t0 = clock()
             runner.forward_batch(cache, [rows])
             if rep:
-                times[k].append(time.perf_counter() - t0)
+                times[k].append(clock() - t0)
             cache.crop(context - cache.get_seq_length())
-    out: dict[int | str, float] = {k: statistics.median(v) for k, v in times.items() if isinstance(k, int)}
+    # [round][width] log seconds; each round less its mean: the widths' log shares of that round
+    logs = [[math.log(t) for t in r] for r in zip(*(times[k] for k in widths))]
+    shares = [[x - statistics.fmean(r) for x in r] for r in logs]
+    typical = statistics.median(statistics.fmean(r) for r in logs)
+    out: dict[int | str, float] = {k: math.exp(typical + statistics.median(r[i] for r in shares))
+                                   for i, k in enumerate(widths)}
     if "views" in times:
         out["views"] = statistics.median(v - c for v, c in zip(times.pop("views"), times.pop("chain")))
     return out

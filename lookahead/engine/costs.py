@@ -184,7 +184,7 @@ def measure(model: Any, runner: Any, widths: Sequence[int] = DEFAULT_WIDTHS, rep
                 times[k].append(clock() - t0)
             cache.crop(context - cache.get_seq_length())
     # [round][width] log seconds; each round less its mean: the widths' log shares of that round
-    logs = [[math.log(t) for t in r] for r in zip(*(times[k] for k in widths))]
+    logs = [[math.log(max(t, 1e-9)) for t in r] for r in zip(*(times[k] for k in widths))]  # a coarse clock may read 0
     shares = [[x - statistics.fmean(r) for x in r] for r in logs]
     typical = statistics.median(statistics.fmean(r) for r in logs)
     out: dict[int | str, float] = {k: math.exp(typical + statistics.median(r[i] for r in shares))

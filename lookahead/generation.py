@@ -51,6 +51,7 @@ def stream_events(
     calibrator: Calibrator | None = None,
     successors: SuccessorTable | None = None,
     key_views: bool = False,
+    aligned_trees: bool = False,
 ) -> Iterator[StepEvent]:
     """`draft`: a draft model for strategy "speculative" (else `speculative.draft` is resolved);
     `ngram_cache`: cross-request n-grams, offered to "lookahead"/"prompt_lookup" and updated with the
@@ -66,7 +67,10 @@ def stream_events(
     the allocator (engine/allocator.py; False: verify every draft as proposed); `key_views`: exact
     steps may also verify a second chain of the tree, over key views, where the probe found them exact
     (engine/attention.py; off by default: on the 2-core Zen 4 they cost more than they settled,
-    README "Measured: exact bfloat16 trees")."""
+    README "Measured: exact bfloat16 trees"); `aligned_trees`: exact steps verify whole trees, each node's
+    key at an offset where the kernels reduce it as in autoregressive decoding, where the probe found
+    that exact (engine/query.py align_tree; off by default: level speed on the 2-core Zen 4, README
+    "Measured: exact trees at aligned key offsets")."""
     if calibrator is not None and not isinstance(calibrator, Calibrator):
         raise ConfigError(f"calibrator must be a lookahead.engine.calibration.Calibrator (or None: the model's "
                           f"shared one), got {type(calibrator).__name__}")
@@ -87,7 +91,7 @@ def stream_events(
     # 1. Encode and validate; a scheduler of one (the batch-of-one case of continuous batching).
     prompt_ids = loaded.encode(prompt, raw=raw)
     scheduler = Scheduler(loaded, SchedulerConfig(max_batch=1, exact=cfg.exact, widest=cfg.widest_step,
-                                                  key_views=key_views))
+                                                  key_views=key_views, aligned_trees=aligned_trees))
     if calibrator is None:  # what earlier requests of this kind learned (engine/shared.py)
         label = f"{cfg.strategy}/{'greedy' if cfg.sampling.greedy else 'sampled'}"
         calibrator = shared_calibrator(loaded.model, label)

@@ -34,6 +34,15 @@ import torch
 NAME = "lookahead_exact"
 KEY_ALIGN = 64  # exact passes see their keys padded to a multiple of this (engine/kvcache.py)
 KEY_CHUNK = 1024  # values are summed over keys in chunks of this many (a multiple of KEY_ALIGN)
+# Where masked keys may sit between a row's visible keys without changing its result (engine/query.py
+# align_tree), measured on SmolLM2 bf16, Zen 4: each visible key at its gap-free index modulo KEY_PERIOD
+# (the float32 softmax sums in 16 lanes: shifts by 2-8 keys changed rows, by 16 none), a key that pairs
+# with the one before it (odd index) still right after it (the bf16 matmul of probabilities and values
+# reduces keys in pairs: a key moved away from its pair partner changed rows, by any shift), and in the
+# same KEY_BLOCK (= KEY_CHUNK: `_weighted_sum` sums each chunk apart). Checked per model by the width
+# probe (engine/numerics.py aligned_exact).
+KEY_PERIOD = 16
+KEY_BLOCK = KEY_CHUNK
 
 
 @dataclass(frozen=True)

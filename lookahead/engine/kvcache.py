@@ -19,6 +19,11 @@ have different key counts). With key_align = A, `update` hands the model keys an
 a multiple of A (masked for every query by the step's mask), so every visible key lands in the same
 full chunk whatever the step's width or its batch companions. Buffers start zeroed, so masked
 entries are always finite and get weight exactly 0.
+
+Placed entries (`place`): a pass may write its Q new entries of a slot at chosen offsets after the slot's
+length instead of one after another (engine/query.py `aligned_offsets` lays a tree's branches out so
+that each branch's keys keep their autoregressive indices modulo the kernels' period). The slot then
+spans length + (largest offset + 1); the entries between are left as they were (finite, masked).
 """
 
 from __future__ import annotations
@@ -36,6 +41,9 @@ class Selection:
         self.slots = slots  # None: the batch size of the first update
         self.lo = 0
         self.hi: int | None = None  # None: every slot
+        self.offsets: list[torch.Tensor] | None = None  # per selected slot, where its new entries go (None: in order)
+        self.spans: list[int] = []  # per selected slot, the largest offset + 1
+        self.at: list[torch.Tensor] = []  # per selected slot, its length + offsets (every layer has the same lengths)
 
 
 class GrowableLayer(DynamicLayer):
@@ -94,19 +102,25 @@ class GrowableLayer(DynamicLayer):
             raise ValueError(f"a pass over {hi - lo} cache slots got keys for {key_states.shape[0]}")
         n = key_states.shape[-2]
         starts = self.lengths[lo:hi]
-        end = max(starts) + n
+        placed = self.selection.offsets
+        spans = [n] * (hi - lo) if placed is None else self.selection.spans
+        end = max(s + w for s, w in zip(starts, spans))
         padded = -(-end // self.key_align) * self.key_align
         self._reserve(padded, hi)
-        if min(starts) == end - n:  # every slot at the same length: one block write
+        if placed is None and min(starts) == end - n:  # every slot at the same length, in order: one block write
             self._k[lo:hi, :, end - n : end] = key_states
             self._v[lo:hi, :, end - n : end] = value_states
+        elif placed is not None:  # each slot's entries at its offsets (one indexed copy per slot)
+            for b, at in enumerate(self.selection.at):
+                self._k[lo + b].index_copy_(1, at, key_states[b])
+                self._v[lo + b].index_copy_(1, at, value_states[b])
         else:
             b = torch.arange(lo, hi).repeat_interleave(n)  # [B*Q]
             t = (torch.tensor(starts)[:, None] + torch.arange(n)).flatten()  # [B*Q]
             self._k[b, :, t] = key_states.transpose(1, 2).flatten(0, 1)  # [B*Q, H, D]
             self._v[b, :, t] = value_states.transpose(1, 2).flatten(0, 1)
-        for s in range(lo, hi):
-            self.lengths[s] += n
+        for s, w in zip(range(lo, hi), spans):
+            self.lengths[s] += w
         self._views(padded)
         return self.keys, self.values
 
@@ -168,6 +182,14 @@ class KVCache(Cache):
         if self.slots is not None and not 0 <= lo < hi <= self.slots:
             raise ValueError(f"slots {lo}..{hi - 1} are outside this cache's {self.slots}")
         self.selection.lo, self.selection.hi = lo, hi
+
+    def place(self, offsets: list[torch.Tensor] | None) -> None:
+        """Write the next passes' new entries of selected slot b at offsets[b] [Q] (distinct, counted from
+        the slot's length) instead of in order; None: in order again."""
+        sel = self.selection
+        sel.offsets = offsets
+        sel.spans = [int(o.max()) + 1 if o.numel() else 0 for o in offsets] if offsets is not None else []
+        sel.at = [n + o for n, o in zip(self.slot_lengths(), offsets)] if offsets is not None else []
 
     def slot_lengths(self) -> list[int]:
         """The selected slots' lengths."""

@@ -22,6 +22,7 @@ import torch
 from lookahead.engine.attention import KeyView, exact_passes
 from lookahead.engine.kvcache import KVCache
 from lookahead.engine.masks import MaskBuilder
+from lookahead.engine.query import free_offsets
 
 
 @dataclass(frozen=True)
@@ -29,25 +30,30 @@ class Rows:
     """One sequence's query rows in a pass: tokens/positions [Q], local [Q, Q] bool (row i may see new
     key j), keep [K] ascending rows whose logits are read back, views: (rows, path) pairs whose rows
     are computed over the keys of the cached prefix and the path's rows, in that order (engine/query.py
-    branch_views; needs the exact attention)."""
+    branch_views; needs the exact attention); offsets: [Q] distinct, where the cache writes each row's
+    key after the prefix (engine/query.py align_tree; None: one after another)."""
 
     tokens: torch.Tensor
     positions: torch.Tensor
     local: torch.Tensor
     keep: torch.Tensor
     views: tuple[tuple[list[int], list[int]], ...] = ()
+    offsets: torch.Tensor | None = None  # [Q] distinct: where the cache writes each row's key (None: in order)
 
-    def padded(self, width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """tokens, positions, local grown to `width` rows with dummies that see the prefix and themselves."""
+    def padded(self, width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """tokens, positions, local, offsets grown to `width` rows with dummies that see the prefix and
+        themselves (their keys in the first offsets the real rows leave free)."""
         q = int(self.tokens.shape[0])
+        offsets = torch.arange(q) if self.offsets is None else self.offsets
         pad = width - q
         if pad <= 0:
-            return self.tokens, self.positions, self.local
+            return self.tokens, self.positions, self.local, offsets
         local = torch.zeros(width, width, dtype=torch.bool)
         local[:q, :q] = self.local
         local[range(q, width), range(q, width)] = True
         return (torch.cat([self.tokens, self.tokens[:1].expand(pad)]),
-                torch.cat([self.positions, self.positions[:1].expand(pad)]), local)
+                torch.cat([self.positions, self.positions[:1].expand(pad)]), local,
+                torch.cat([offsets, free_offsets(offsets, pad)]))
 
 
 def _stack(masks: list[Any]) -> Any:
@@ -117,8 +123,11 @@ class ModelRunner:
         if int(kept.sum()) < least:
             kept[torch.nonzero(~kept).flatten()[: least - int(kept.sum())]] = True
         rows = torch.nonzero(kept).flatten()  # [R] ascending
-        key_width = cache.key_width(q)
-        masks = [self.masks.build(n, pos, loc, key_width) for n, (_, pos, loc) in zip(lengths, padded)]
+        placed = any(p.offsets is not None for p in parts)  # some keys go to chosen offsets (engine/query.py)
+        span = max(int(o.max()) + 1 for *_, o in padded)
+        key_width = cache.key_width(span)
+        masks = [self.masks.build(n, pos, loc, key_width, o if placed else None)
+                 for n, (_, pos, loc, o) in zip(lengths, padded)]
         kwargs: dict[str, Any] = {self.cache_kwarg: cache, "use_cache": True}
         full = rows.numel() == q  # every row: no gather needed
         if self.can_keep_logits and not full:
@@ -127,19 +136,26 @@ class ModelRunner:
                  for b, (n, p) in enumerate(zip(lengths, parts)) for rows, path in p.views]
         if views and not self.views:
             raise ValueError("this runner computes no key views: build it with views=True (exact attention)")
-        tokens = torch.stack([t for t, _, _ in padded])  # [B, Q]
-        positions = torch.stack([pos for _, pos, _ in padded])  # [B, Q]
+        tokens = torch.stack([t for t, *_ in padded])  # [B, Q]
+        positions = torch.stack([pos for _, pos, *_ in padded])  # [B, Q]
+        if placed:
+            cache.place([o for *_, o in padded])
         start = time.perf_counter()
-        with torch.no_grad(), exact_passes(views) if self.exact_attention else contextlib.nullcontext():
-            out = self.model(input_ids=tokens, position_ids=positions, attention_mask=_stack(masks), **kwargs)
+        try:
+            with torch.no_grad(), exact_passes(views) if self.exact_attention else contextlib.nullcontext():
+                out = self.model(input_ids=tokens, position_ids=positions, attention_mask=_stack(masks), **kwargs)
+        finally:
+            cache.place(None)
         self.timer.seconds += time.perf_counter() - start
         self.timer.calls += 1
         logits = out.logits  # [B, R, V] (R = len(rows), or every row when the model cannot skip any)
         if logits.shape[1] != rows.numel():
             logits = logits[:, rows]
-        for slot, (n, p) in enumerate(zip(lengths, parts)):  # drop the dummy rows' keys
-            if int(p.tokens.shape[0]) < q:
-                cache.keep(n, torch.arange(int(p.tokens.shape[0])), slot=cache.selection.lo + slot)
+        for slot, (n, p) in enumerate(zip(lengths, parts)):  # drop the dummy rows' keys (placed after the real ones)
+            real = int(p.tokens.shape[0])
+            if real < q or (placed and span > real):
+                end = real if p.offsets is None else int(p.offsets.max()) + 1
+                cache.keep(n, torch.arange(end), slot=cache.selection.lo + slot)
         return [logits[b, torch.searchsorted(rows, p.keep)] for b, p in enumerate(parts)]
 
     def prefill(self, cache: KVCache, tokens: list[int]) -> None:

@@ -23,14 +23,14 @@ from typing import Any
 import torch
 
 from lookahead.cachefile import read_json, update_json
-from lookahead.engine.attention import KEY_ALIGN, install
+from lookahead.engine.attention import KEY_ALIGN, KEY_BLOCK, KEY_PERIOD, install
 from lookahead.errors import ConfigError
 from lookahead.engine.draft import CandidateTree
 from lookahead.engine.kvcache import KVCache
 from lookahead.engine.model_runner import ModelRunner, Rows
-from lookahead.engine.query import build_query
+from lookahead.engine.query import align_tree, build_query
 
-PROBE_VERSION = 5  # bump when the engine's numerics change (cached probes of older versions are ignored)
+PROBE_VERSION = 6  # bump when the engine's numerics change (cached probes of older versions are ignored)
 USABLE_FLOOR = 16  # a floor above this would make every step as wide as 16 rows: treated as none
 _CONTEXTS = (40, 300, 700, 1000)  # cached context lengths the rows are probed over (1000: passes that
 # straddle 1024 keys, where one matmul changes how it reduces; engine/attention.py KEY_CHUNK)
@@ -54,11 +54,14 @@ class WidthProbe:
     # a tree branch's rows, computed over their keys gathered into position order (engine/attention.py
     # KeyView), come out as the same tokens do as the first chain: exact steps may verify whole trees
     tree_exact: bool = False
+    # a tree's nodes, their keys at aligned offsets (engine/query.py align_tree), come out as the same
+    # tokens do as the first chain: exact steps verify whole trees at no cost but masked keys
+    aligned_exact: bool = False
 
     def to_dict(self) -> dict[str, object]:
         return {"floor": self.floor, "max_width": self.max_width, "dtype": self.dtype,
                 "exact_attention": self.exact_attention, "batch_exact": self.batch_exact,
-                "tree_exact": self.tree_exact,
+                "tree_exact": self.tree_exact, "aligned_exact": self.aligned_exact,
                 "gap_invariant": self.gap_invariant, "diffs": {str(k): v for k, v in sorted(self.diffs.items())}}
 
 
@@ -90,7 +93,7 @@ def probe_width_floor(model: Any, max_width: int = 64, seed: int = 0) -> WidthPr
     runner = ModelRunner(model, floor=None, exact_attention=exact, views=exact)
     cache = KVCache(KEY_ALIGN)
     diffs: dict[int, float] = {}
-    gap_invariant = tree_exact = True
+    gap_invariant = tree_exact = aligned_exact = True
     for i, ctx in enumerate(contexts):
         runner.prefill(cache, tokens[cache.get_seq_length() : ctx].tolist())
         chain = tokens[ctx : ctx + max_width + 3]
@@ -105,6 +108,7 @@ def probe_width_floor(model: Any, max_width: int = 64, seed: int = 0) -> WidthPr
             diffs[w] = max(diffs.get(w, 0.0), float((r - ref[: r.shape[0]]).abs().max()))
         gap_invariant = gap_invariant and _gap_invariant(runner, cache, chain, min(16, max_width))
         tree_exact = tree_exact and exact and _tree_exact(runner, cache, chain, min(16, max_width))
+        aligned_exact = aligned_exact and exact and _tree_exact(runner, cache, chain, min(16, max_width), aligned=True)
     floor = None
     for w in sorted(diffs, reverse=True):
         if w < max_width and diffs[w] == 0.0:
@@ -116,7 +120,7 @@ def probe_width_floor(model: Any, max_width: int = 64, seed: int = 0) -> WidthPr
     dtype = str(next(model.parameters()).dtype).replace("torch.", "")
     batch_exact = floor is not None and _batch_invariant(runner, tokens, floor, contexts)
     return WidthProbe(floor, max_width, diffs, dtype, gap_invariant and floor is not None, exact, batch_exact,
-                      tree_exact and floor is not None)
+                      tree_exact and floor is not None, aligned_exact and floor is not None)
 
 
 def _batch_invariant(runner: ModelRunner, tokens: torch.Tensor, floor: int, contexts: list[int]) -> bool:
@@ -170,21 +174,29 @@ def _gap_invariant(runner: ModelRunner, cache: KVCache, tokens: torch.Tensor, wi
     return all(torch.equal(o, outs[0]) for o in outs[1:])
 
 
-def _tree_exact(runner: ModelRunner, cache: KVCache, tokens: torch.Tensor, width: int) -> bool:
-    """Do a branch's rows, computed in key views, come out as the same tokens do as the tree's first
-    chain? A 3-token chain c after the root, first; then as a branch off the root behind a first chain
-    of g tokens; then nested, off a second branch that shares its first token. Every pass `width` rows."""
+def _tree_exact(runner: ModelRunner, cache: KVCache, tokens: torch.Tensor, width: int, aligned: bool = False) -> bool:
+    """Do a branch's rows, computed in key views (`aligned`: with their keys at aligned offsets), come
+    out as the same tokens do as the tree's first chain? A 3-token chain c after the root, first; then
+    as a branch off the root behind a first chain of g tokens; then nested, off a second branch that
+    shares its first token. Every pass `width` rows. Aligned offsets are checked with the root at an
+    even and at an odd position (a branch may start only at an even one, engine/query.py align_tree),
+    and with the chain off the root and off a first node."""
     root, chain, other = int(tokens[0]), tokens[-3:].tolist(), tokens[1:9].tolist()
-    p = cache.get_seq_length()
 
-    def rows_of_chain(tree: CandidateTree) -> torch.Tensor:
-        query = build_query(root, p, tree, None, views=True)
+    def rows_of(tree: CandidateTree, path: list[int]) -> torch.Tensor:
+        p = cache.get_seq_length()
+        offsets = None
+        if aligned:
+            tree, offsets = align_tree(tree, p, KEY_PERIOD, KEY_BLOCK)
+        query = build_query(root, p, tree, None, views=not aligned, offsets=offsets)
         logits = runner.forward_batch(cache, [Rows(query.tokens, query.positions, query.local, query.keep,
-                                                   query.views)], width)[0]
-        cache.crop(-query.width)
+                                                   query.views, query.offsets)], width)[0]
+        cache.crop(p - cache.get_seq_length())
         node, nodes = -1, []
-        for token in chain:
-            node = tree.children[(node, token)]
+        for token in path:
+            node = tree.children.get((node, token), -1)
+            if node < 0:
+                return logits[:0].float()  # left out by the aligned layout: nothing to compare
             nodes.append(1 + node)
         return logits[nodes].float()
 
@@ -194,11 +206,27 @@ def _tree_exact(runner: ModelRunner, cache: KVCache, tokens: torch.Tensor, width
             tree.add(c)
         return tree
 
-    ref = rows_of_chain(tree_of(chain))
-    shapes = [tree_of(other[:g], chain) for g in (1, 3, 4, 7, 8) if 4 + g <= width]
-    if width >= 8:
-        shapes.append(tree_of(other[:3], [chain[0], *other[3:5]], chain))  # c shares its first node with a branch
-    return all(torch.equal(rows_of_chain(tree), ref) for tree in shapes)
+    def exact_here() -> tuple[bool, int]:
+        compared, ok = 0, True
+        for lead in ([], [other[0]]) if aligned else ([],):
+            path = lead + chain
+            ref = rows_of(tree_of(path), path)
+            shapes = [tree_of(lead + other[1 : 1 + g], path) for g in (1, 3, 4, 7) if 4 + len(lead) + g <= width]
+            if width >= 8:  # c shares its first node with a branch
+                shapes.append(tree_of(lead + other[1:4], lead + [chain[0], *other[4:6]], path))
+            for tree in shapes:
+                out = rows_of(tree, path)
+                compared += out.numel() > 0
+                ok = ok and (not out.numel() or torch.equal(out, ref))
+        return ok, compared
+
+    ok, compared = exact_here()
+    if aligned:  # and with the root one position on
+        runner.prefill(cache, [root])
+        ok2, compared2 = exact_here()
+        cache.crop(-1)
+        ok, compared = ok and ok2, compared + compared2
+    return ok and compared > 0
 
 
 _probes: weakref.WeakKeyDictionary[Any, WidthProbe] = weakref.WeakKeyDictionary()
@@ -229,7 +257,7 @@ def _read(path: Path) -> dict[str, WidthProbe]:
     try:
         return {k: WidthProbe(v["floor"], v["max_width"], {int(w): d for w, d in v["diffs"].items()}, v["dtype"],
                               v["gap_invariant"], v["exact_attention"], v.get("batch_exact", False),
-                              v.get("tree_exact", False))
+                              v.get("tree_exact", False), v.get("aligned_exact", False))
                 for k, v in read_json(path).items()}
     except (KeyError, TypeError, AttributeError, ValueError):
         return {}

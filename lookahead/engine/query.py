@@ -13,9 +13,15 @@ row bit-identical to autoregressive decoding (README, "Lossless, exactly"); rows
 visible key change nothing for it. Aux rows only mint guesses, so they may see keys with gaps.
 
 A node off the first chain sees its ancestors with other branches' keys between them. Where exactness
-matters, its rows are computed again over their keys gathered into position order (`branch_views`;
-engine/attention.py KeyView): e.g. first chain a->b and branch c->d off the root give rows
-[root a b c d]; row d's view is the keys of (prefix, root, c, d), as when c and d are decoded alone.
+matters there are two ways to make its row come out as the same tokens do decoded one at a time:
+- aligned offsets (`align_tree`): the cache writes each node's key at an offset congruent to its depth
+  modulo the kernels' reduction period (engine/attention.py KEY_PERIOD), inside the same reduction
+  block as its autoregressive index; the keys between are masked. Each visible key then sits in the
+  same lane of the same block, in the same order, as in the gap-free run, and the masked ones add exact
+  zeros. E.g. first chain a->b and branch c->d off the root, period 16: rows [root a b c d] at offsets
+  [0 1 2 17 18] (c at depth 1 goes to the next free offset = 1 mod 16). Costs only masked keys;
+- key views (`branch_views`; engine/attention.py KeyView): the branch's rows are computed again over
+  their keys gathered into position order (cached prefix, root, the branch's nodes).
 """
 
 from __future__ import annotations
@@ -39,15 +45,18 @@ class StepQuery:
     keep: torch.Tensor
     n_tree: int
     views: tuple[tuple[list[int], list[int]], ...] = ()
+    offsets: torch.Tensor | None = None  # [Q] distinct: where the cache writes each row's key (None: in order)
 
     @property
     def width(self) -> int:
         return int(self.tokens.shape[0])
 
 
-def build_query(root: int, p: int, tree: CandidateTree, aux: AuxBranch | None, views: bool = False) -> StepQuery:
+def build_query(root: int, p: int, tree: CandidateTree, aux: AuxBranch | None, views: bool = False,
+                offsets: list[int] | None = None) -> StepQuery:
     """The step's input for root token `root` at position `p` (the cache holds positions 0..p-1);
-    `views`: with the branch views of the tree (exact steps at reduced precision)."""
+    `views`: with the branch views of the tree (exact steps at reduced precision); `offsets`: the cache
+    offsets of the root and the tree's nodes (`align_tree`; aux rows take the free ones, gaps first)."""
     t = len(tree)
     a = 0 if aux is None else int(aux.tokens.shape[0])
     q = 1 + t + a
@@ -68,7 +77,61 @@ def build_query(root: int, p: int, tree: CandidateTree, aux: AuxBranch | None, v
         positions[rows] = p + aux.offsets
         local[rows, rows] = aux.visible
         keep.append(1 + t + aux.out_rows)
-    return StepQuery(tokens, positions, local, torch.cat(keep), t, branch_views(tree) if views else ())
+    placed = None
+    if offsets is not None:
+        if len(offsets) != 1 + t:
+            raise ValueError(f"{len(offsets)} offsets for a root and {t} tree nodes")
+        tree_at = torch.tensor(offsets)
+        placed = torch.cat([tree_at, free_offsets(tree_at, a)])  # aux rows in the gaps first
+    return StepQuery(tokens, positions, local, torch.cat(keep), t, branch_views(tree) if views else (), placed)
+
+
+def align_tree(tree: CandidateTree, p: int, period: int, block: int) -> tuple[CandidateTree, list[int]]:
+    """Cache offsets for the root (0) and the nodes of `tree` (root at position p) such that every node's
+    key is reduced exactly as in autoregressive decoding, where its key index would be p + depth:
+    - each node's offset is its depth modulo `period` (lanes of the float32 softmax's sum);
+    - a node whose index p + depth is odd is its parent's pair partner (bfloat16 matmuls reduce keys in
+      pairs), so it must sit right after its parent: only one child per such parent can, the likeliest
+      (the one `allocator.chain_first` puts first); the others are left out with their subtrees;
+    - (p + offset) // block == (p + depth) // block (engine/attention.py KEY_CHUNK), else left out.
+    Nodes are laid out depth first, each node's likeliest child right after it (the same offset + 1),
+    each further child at the next free offset congruent to its depth. Returns (the tree of the nodes
+    kept, in that order, parents first; offsets [1 + kept], ascending)."""
+    children: dict[int, list[int]] = {}
+    for node, parent in enumerate(tree.parents):
+        children.setdefault(parent, []).append(node)
+    for kids in children.values():
+        kids.sort(key=lambda n: (-tree.probs[n], n))  # likeliest first, as chain_first picks
+    order: list[int] = []
+    offsets = [0]
+    used = 0
+    stack: list[tuple[int, int]] = [(n, 0) for n in reversed(children.get(-1, []))]  # (node, parent's offset)
+    while stack:
+        node, parent_at = stack.pop()
+        depth = tree.depths[node]
+        if parent_at == used:
+            offset = used + 1  # right after its parent
+        elif (p + depth) % 2 == 0:
+            offset = used + 1 + (depth - used - 1) % period  # the next free offset = depth (mod period)
+        else:
+            continue  # its parent's pair partner, and the slot after the parent is taken
+        if (p + offset) // block != (p + depth) // block:
+            continue
+        used = offset
+        order.append(node)
+        offsets.append(offset)
+        stack.extend((child, offset) for child in reversed(children.get(node, [])))
+    same = order == list(range(len(tree)))
+    return (tree if same else tree.subtree(order)), offsets
+
+
+def free_offsets(used: torch.Tensor, n: int) -> torch.Tensor:
+    """The `n` lowest offsets not in `used` [Q] (rows whose keys need no particular place: dummy rows,
+    aux rows, fill the gaps an aligned tree leaves before its span grows)."""
+    top = int(used.max()) + 1 if used.numel() else 0
+    taken = torch.zeros(top + n, dtype=torch.bool)
+    taken[used] = True
+    return torch.nonzero(~taken).flatten()[:n]
 
 
 def branch_views(tree: CandidateTree) -> tuple[tuple[list[int], list[int]], ...]:

@@ -14,11 +14,12 @@ from typing import Any
 
 import torch
 
-from lookahead.engine.draft import Draft, StepOutcome
+from lookahead.engine.draft import CandidateTree, Draft, StepOutcome
 from lookahead.engine.kvcache import KVCache
 from lookahead.engine.model_runner import ForwardTimer, ModelRunner, Rows
+from lookahead.engine.attention import KEY_BLOCK, KEY_PERIOD
 from lookahead.engine.numerics import KEY_ALIGN, WidthProbe
-from lookahead.engine.query import build_query, verify
+from lookahead.engine.query import align_tree, build_query, verify
 from lookahead.engine.sources import HISTORY
 from lookahead.engine.sampling import TokenChooser
 
@@ -41,22 +42,30 @@ class StepRunner:
     is padded to it and only the tree's best chain is verified, so that every accepted token is
     bit-identical to (padded) autoregressive decoding. None: unpadded, any tree.
     `top_k`: also report the model's top-k next tokens at every computed row (StepOutcome.successors),
-    for sources that recycle them; 0: none. `key_views`: with a floor, verify tree branches over key
-    views where the probe found them exact (False: the first chain only)."""
+    for sources that recycle them; 0: none. With a floor, exact steps verify the tree's first chain
+    only, unless asked for whole trees and the probe found the way exact: over key views (`key_views`,
+    engine/attention.py) or with their keys at aligned offsets (`aligned`, engine/query.py align_tree)."""
 
     def __init__(self, model: Any, chooser: TokenChooser | None, numerics: WidthProbe | None = None,
-                 top_k: int = 0, key_views: bool = False) -> None:
+                 top_k: int = 0, key_views: bool = False, aligned: bool = False) -> None:
         exact = numerics is not None and numerics.floor is not None
         # Exact steps verify trees where the probe found branch rows computed in key views (engine/
         # attention.py) bit-identical to the same tokens in a chain; elsewhere only the first chain.
         self.views = bool(key_views and exact and numerics.exact_attention and numerics.tree_exact)  # type: ignore[union-attr]
-        self.chain_only = exact and not self.views
+        self.aligned = bool(aligned and exact and not self.views and numerics.exact_attention and numerics.aligned_exact)  # type: ignore[union-attr]
+        self.chain_only = exact and not self.views and not self.aligned
         self.model = ModelRunner(model, numerics.floor if exact else None,  # type: ignore[union-attr]
                                  exact_attention=exact and numerics.exact_attention,  # type: ignore[union-attr]
                                  batch_exact=exact and numerics.batch_exact, views=self.views)  # type: ignore[union-attr]
         self.chooser = chooser
         self.top_k = top_k
         self.pad_to: Callable[[int], int] | None = None  # the width to run a pass of k rows at (cost curve)
+
+    def verifiable(self, tree: CandidateTree, p: int) -> CandidateTree:
+        """The part of `tree` (root at position p) that a step of this runner can verify exactly; the
+        allocator sizes the step from it. Where only first chains can be, the allocator picks a path
+        itself (Candidates.chain_only), so the tree is returned whole."""
+        return align_tree(tree, p, KEY_PERIOD, KEY_BLOCK)[0] if self.aligned and len(tree) else tree
 
     def new_cache(self, slots: int = 1) -> KVCache:
         """A cache of `slots` sequences for this runner: keys aligned (engine/kvcache.py) when passes are
@@ -81,19 +90,24 @@ class StepRunner:
         """One forward pass for many sequences, item b in the cache's selected slot b, each draft as
         allocated (engine/allocator.py sized them before the call). A sequence's rows see only its own
         slot's keys, so each outcome is what stepping that sequence alone gives."""
-        trees = [it.draft.tree.first_chain() if self.chain_only else it.draft.tree for it in items]
         lengths = cache.slot_lengths()  # p per sequence: its cache holds positions 0..p-1
+        trees = [it.draft.tree.first_chain() if self.chain_only else it.draft.tree for it in items]
+        offsets: list[list[int] | None] = [None] * len(items)
+        if self.aligned:  # each node's key where the kernels reduce it as in autoregressive decoding
+            for i, p in enumerate(lengths):
+                trees[i], offsets[i] = align_tree(trees[i], p, KEY_PERIOD, KEY_BLOCK)
 
         # 1. Build the input: [root | tree nodes | aux rows] per sequence (engine/query.py).
-        queries = [build_query(it.root, p, tree, it.draft.aux, self.views) for it, p, tree in zip(items, lengths, trees)]
+        queries = [build_query(it.root, p, tree, it.draft.aux, self.views, o)
+                   for it, p, tree, o in zip(items, lengths, trees, offsets)]
 
         # 2. Forward: one pass, every sequence padded to the same width; logits for the kept rows.
         b = len(items)
         q = max(query.width for query in queries)
         width = -(-self.pad_to(b * q) // b) if self.pad_to is not None else 0
         spent = self.model.timer.seconds
-        logits = self.model.forward_batch(cache, [Rows(x.tokens, x.positions, x.local, x.keep, x.views) for x in queries],
-                                          width)  # B x [K_b, V]
+        logits = self.model.forward_batch(cache, [Rows(x.tokens, x.positions, x.local, x.keep, x.views, x.offsets)
+                                                  for x in queries], width)  # B x [K_b, V]
         spent = self.model.timer.seconds - spent
         rows = max(q, self.model.row_floor(b), width)  # each sequence's width in the pass
 
@@ -107,7 +121,8 @@ class StepRunner:
             accepted, sources, nodes = verify(tree, chosen[0], chosen[1 : 1 + t])
 
             # 5. Compact the cache: keep the root's and the matched nodes' keys/values, drop the rest.
-            cache.keep(p, torch.tensor([0, *(1 + n for n in nodes)]), slot=cache.selection.lo + slot)
+            kept = torch.tensor([0, *(1 + n for n in nodes)])
+            cache.keep(p, kept if query.offsets is None else query.offsets[kept], slot=cache.selection.lo + slot)
 
             # 6. Recyclable predictions: the model's top-k next tokens at every row it computed.
             #    With each row, the tokens before its input token on its own path (the history before the

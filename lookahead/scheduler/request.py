@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from lookahead.candidates.ngram_cache import NGramCache
@@ -18,7 +19,7 @@ from lookahead.candidates.registry import ProposerInputs, make_proposer
 from lookahead.config import GenerationConfig
 from lookahead.engine.allocator import Allocation, Candidates, chain_first
 from lookahead.engine.calibration import Calibrator
-from lookahead.engine.draft import Draft, Proposer, ReportsDraftCost, StepOutcome
+from lookahead.engine.draft import CandidateTree, Draft, Proposer, ReportsDraftCost, StepOutcome
 from lookahead.engine.sampling import TokenChooser
 from lookahead.engine.sources import HISTORY
 from lookahead.engine.step import StepItem
@@ -141,9 +142,11 @@ class Request:
     def finished(self) -> bool:
         return self.state.finish_reason is not None
 
-    def propose(self, chain_only: bool = False, batched: bool = False) -> Candidates:
+    def propose(self, chain_only: bool = False, batched: bool = False,
+                verifiable: Callable[[CandidateTree, int], CandidateTree] | None = None) -> Candidates:
         """This step's draft (kept until `absorb`) as the allocator sees it (`chain_only`: the pass can
-        verify one path only; `batched`: the step is shared with other requests). A batched step runs no
+        verify one path only; `batched`: the step is shared with other requests; `verifiable`: the part of
+        a tree rooted at a position that the pass can verify, StepRunner.verifiable). A batched step runs no
         aux branch (the Jacobi window): a pass is rectangular, so its block of rows is paid once per
         request in the batch, for tokens that come (if at all) in later steps; measured on the public
         workloads, bf16, batches of 4-16 spent 2.3x the rows of plain batching and lost 8% throughput
@@ -153,6 +156,10 @@ class Request:
         draft = self.proposer.propose(self.context, budget)
         if draft.aux is not None and len(self.context) + int(draft.aux.offsets.max()) >= self.loaded.context_length:
             draft = Draft(tree=draft.tree, calibrated=draft.calibrated)  # the window would run past the context
+        if verifiable is not None:
+            tree = verifiable(draft.tree, len(self.context) - 1)  # the root sits at the cache's length
+            if tree is not draft.tree:
+                draft = Draft(tree, draft.aux, draft.aux_value, draft.calibrated)
         self.draft = draft
         aux_rows = 0 if draft.aux is None else int(draft.aux.tokens.shape[0])
         fixed = None if draft.calibrated else 1 + len(draft.tree) + aux_rows  # not calibrated: run as proposed

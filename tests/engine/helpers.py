@@ -51,3 +51,21 @@ def spy_key_views(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     redo = attention._redo_in_views
     monkeypatch.setattr(attention, "_redo_in_views", lambda *a: (calls.append(1), redo(*a)))
     return calls
+
+
+def spy_aligned_branches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that gains an entry each time a pass writes keys at aligned offsets with a gap (a tree
+    branch off the first chain, engine/query.py align_tree): tests assert it is non-empty to show that
+    such branches were really verified."""
+    from lookahead.engine.kvcache import KVCache
+
+    calls: list[int] = []
+    place = KVCache.place
+
+    def spy(self: KVCache, offsets: list[torch.Tensor] | None) -> None:
+        if offsets is not None and any(int(o.max()) + 1 > o.numel() for o in offsets):
+            calls.append(1)
+        place(self, offsets)
+
+    monkeypatch.setattr(KVCache, "place", spy)
+    return calls

@@ -61,6 +61,33 @@ def test_growable_layer_keep_and_crop() -> None:
     assert cache.get_seq_length() == 5
 
 
+def test_placed_entries_land_at_their_offsets_and_compact_back() -> None:
+    # A pass of 3 entries placed at offsets [0, 1, 4] after a prefix of 6 (engine/query.py align_tree):
+    # the slot then spans 6 + 5 keys (slots 8, 9 untouched: zeros), padded to the key alignment of 4;
+    # keeping offsets [0, 4] (the root and a branch node) moves the branch node's entry right after the root.
+    cache = KVCache(key_align=4)
+    k = torch.arange(1 * 2 * 6 * 3, dtype=torch.float64).reshape(1, 2, 6, 3)
+    cache.update(k, k + 1000, 0)
+    new = torch.arange(1 * 2 * 3 * 3, dtype=torch.float64).reshape(1, 2, 3, 3) + 5000
+    cache.place([torch.tensor([0, 1, 4])])
+    keys, values = cache.update(new, new + 1000, 0)
+    cache.place(None)
+    layer = cache.layers[0]
+    assert cache.get_seq_length() == 11 and keys.shape[-2] == 12  # 11 padded to a multiple of 4
+    torch.testing.assert_close(keys[:, :, 6:8], new[:, :, :2])
+    torch.testing.assert_close(keys[:, :, 10], new[:, :, 2])
+    torch.testing.assert_close(values[:, :, 10], new[:, :, 2] + 1000)
+    assert bool((keys[:, :, 8:10] == 0).all())
+    cache.keep(6, torch.tensor([0, 4]))
+    assert cache.get_seq_length() == 8
+    torch.testing.assert_close(layer.keys[:, :, 6], new[:, :, 0])
+    torch.testing.assert_close(layer.keys[:, :, 7], new[:, :, 2])
+    torch.testing.assert_close(layer.values[:, :, 7], new[:, :, 2] + 1000)
+    # in order again after place(None)
+    cache.update(new[:, :, :1] + 1, new[:, :, :1] + 1, 0)
+    torch.testing.assert_close(layer.keys[:, :, 8], new[:, :, 0] + 1)
+
+
 def test_a_step_reports_each_computed_rows_predecessor_for_recycling() -> None:
     # Root r (after a, b) with the tree r -> x -> y and r -> z, and a Jacobi window: the rows are
     # [r, x, y, z, aux...]; the last two tokens before each on its own path: (a, b) before r, (b, r)

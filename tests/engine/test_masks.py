@@ -74,6 +74,22 @@ def test_tree_rows_see_the_prefix_the_root_and_their_own_branch() -> None:
     ]
 
 
+def test_keys_at_aligned_offsets_leave_masked_gaps() -> None:
+    # The same trie laid out at offsets [0, 1, 2, 5] (engine/query.py align_tree): keys 2..4 after the
+    # prefix hold b, then two free slots, then c. Free slots are masked for every row; each row sees its
+    # own keys in their columns; the width pads to 10 keys.
+    mb = MaskBuilder(AutoConfig.for_model("llama", **SMALL), torch.float64)
+    vis = local("1...", "11..", "111.", "11.1")
+    mask = mb.build(3, torch.tensor([3, 4, 5, 5]), vis, width=10, offsets=torch.tensor([0, 1, 2, 5]))
+    assert rows(mask) == [
+        # keys: 0 1 2 | root a b _ _ c | pad
+        "111" "1....." ".",
+        "111" "11...." ".",
+        "111" "111..." ".",
+        "111" "11...1" ".",
+    ]
+
+
 def test_no_prefix_and_an_empty_local_row() -> None:
     # With nothing cached the mask is the local matrix itself; a row may see nothing at all (the
     # builder does not add the diagonal on its own).

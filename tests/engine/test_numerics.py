@@ -17,7 +17,7 @@ from lookahead.engine.numerics import KEY_ALIGN, probe_width_floor, width_probe
 from lookahead.errors import ConfigError
 from lookahead.testing import ARCHS, tiny_model
 
-from .helpers import model64, prompts, spy_key_views
+from .helpers import model64, prompts, spy_aligned_branches, spy_key_views
 
 
 @functools.lru_cache(maxsize=None)
@@ -43,6 +43,26 @@ def test_bf16_lookahead_equals_bf16_autoregressive(arch: str, monkeypatch: pytes
         accepted += la.stats.guesses_accepted
     assert accepted > 0, "no guess was accepted: the test would prove nothing"
     assert views, "no step verified a branch off its first chain: the test would prove nothing of trees"
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_bf16_aligned_trees_equal_bf16_autoregressive(arch: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # whole trees verified with their keys at aligned offsets (engine/query.py align_tree), greedy and
+    # seeded sampling, every draft verified as proposed (wide trees): the same tokens as autoregressive
+    lm = model16(arch)
+    assert width_probe(lm.model).aligned_exact
+    branches = spy_aligned_branches(monkeypatch)
+    accepted = 0
+    for i, text in enumerate(prompts(10)):
+        ids = lm.encode(text, raw=True)
+        sampling = SamplingConfig(temperature=0.9, top_p=0.95, seed=i) if i % 3 == 2 else None
+        ar = lookahead.generate(lm, ids, max_new_tokens=32, strategy="autoregressive", sampling=sampling)
+        la = lookahead.generate(lm, ids, max_new_tokens=32, lookahead=LookaheadConfig(2, 4, 4), sampling=sampling,
+                                adaptive=i % 2 == 0, aligned_trees=True)
+        assert la.token_ids == ar.token_ids, f"{arch} prompt {i}"
+        accepted += la.stats.guesses_accepted
+    assert accepted > 0, "no guess was accepted: the test would prove nothing"
+    assert branches, "no pass placed a branch off its first chain: the test would prove nothing of trees"
 
 
 def test_float64_models_probe_as_width_invariant() -> None:

@@ -7,7 +7,7 @@ import torch
 
 from lookahead.candidates.lookahead import JacobiWindow
 from lookahead.engine.draft import CandidateTree
-from lookahead.engine.query import build_query, verify
+from lookahead.engine.query import align_tree, build_query, free_offsets, verify
 
 
 def tree_of(*continuations: tuple[int, ...], source: str = "ctx") -> CandidateTree:
@@ -110,3 +110,56 @@ def test_branch_views_group_the_rows_off_the_first_chain_by_branch() -> None:
     # a single chain needs no view, nor does a query built without them
     assert build_query(9, 50, tree_of((1, 2, 3)), None, views=True).views == ()
     assert build_query(9, 50, tree, None).views == ()
+
+
+# Aligned offsets (align_tree): where each node's key goes so that the kernels reduce it as in
+# autoregressive decoding, where its key would be at p + depth: offset = depth (mod period); a node at an
+# odd index (p + depth) right after its parent (keys are reduced in pairs); the same block as p + depth.
+
+
+def test_aligned_branches_start_at_the_next_offset_congruent_to_their_depth() -> None:
+    # p = 11 (odd): depth-1 keys sit at even indices 12, so a second depth-1 branch may start anywhere
+    # congruent to 1 (mod 16). First chain a=10 -> b=11 at offsets 1, 2; branch c=12 at 17, its child d=13 at 18.
+    tree, offsets = align_tree(tree_of((10, 11), (12, 13)), 11, 16, 1024)
+    assert tree.tokens == [10, 11, 12, 13] and offsets == [0, 1, 2, 17, 18]
+
+
+def test_a_node_that_pairs_with_its_parent_stays_right_after_it_or_is_left_out() -> None:
+    # p = 10 (even): depth-1 keys sit at index 11, the root's pair partner; only one child of the root can
+    # sit right after it, the likeliest (all 1.0 here, so the first): branch c=12 -> 13 is left out whole.
+    tree, offsets = align_tree(tree_of((10, 11), (12, 13)), 10, 16, 1024)
+    assert tree.tokens == [10, 11] and offsets == [0, 1, 2]
+    # at depth 2 (index 12, even) a sibling may branch: 10 -> 11 and 10 -> 14 -> 15
+    tree, offsets = align_tree(tree_of((10, 11), (10, 14, 15)), 10, 16, 1024)
+    assert tree.tokens == [10, 11, 14, 15] and offsets == [0, 1, 2, 18, 19]
+
+
+def test_the_likeliest_child_continues_its_parents_run() -> None:
+    # Laid out depth first, likeliest child first: here c (p=0.6) is likelier than a (p=0.5), so c takes
+    # offset 1 and a, the second child of the root, starts a run at 17 (p = 11: depth 1 is even, allowed).
+    tree = CandidateTree()
+    tree.add((10,), "ctx", [0.5])
+    tree.add((12,), "ctx", [0.6])
+    out, offsets = align_tree(tree, 11, 16, 1024)
+    assert out.tokens == [12, 10] and offsets == [0, 1, 17]
+
+
+def test_a_node_that_would_leave_its_key_block_is_left_out() -> None:
+    # p = 1017: depth 1 is index 1018 (even), but the branch's offset 17 puts its key at 1034, past the
+    # 1024-key block its autoregressive key 1018 sits in (attention sums each block apart).
+    tree, offsets = align_tree(tree_of((10, 11), (12,)), 1017, 16, 1024)
+    assert tree.tokens == [10, 11] and offsets == [0, 1, 2]
+
+
+def test_free_offsets_fill_the_gaps_first() -> None:
+    # dummy and aux rows need no particular place: the lowest offsets the tree left free
+    assert free_offsets(torch.tensor([0, 1, 2, 17]), 3).tolist() == [3, 4, 5]
+    assert free_offsets(torch.tensor([0, 1, 2]), 2).tolist() == [3, 4]
+
+
+def test_aux_rows_take_the_gaps_of_an_aligned_tree() -> None:
+    window = JacobiWindow(2, 3, seed_tokens=[1])
+    window.levels = [[20, 21], [22, 23]]
+    tree, offsets = align_tree(tree_of((10,), (12,)), 11, 16, 1024)  # offsets [0, 1, 17]
+    q = build_query(5, 11, tree, window.branch(), offsets=offsets)
+    assert q.offsets.tolist() == [0, 1, 17, 2, 3, 4, 5]

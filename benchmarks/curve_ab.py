@@ -19,18 +19,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
 import torch
 
-import lookahead
-from lookahead.candidates.recycling import SuccessorTable
-from lookahead.engine import costs
-from lookahead.engine.calibration import Calibrator
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-CLASSES = ("chat", "code", "function_calling", "math", "summarization")  # greedy classes
+from paired_ab import run_paired  # noqa: E402
+
+import lookahead  # noqa: E402
+from lookahead.engine import costs  # noqa: E402
 
 
 def pick(stored: dict[str, dict[str, float]], name: str) -> dict[str, float]:
@@ -58,38 +57,18 @@ def main() -> int:
     lookahead.generate(lm, "hello", max_new_tokens=8)  # the model's curve slot exists from here on
     slots = costs._CURVES[lm.model]
     kind = next(iter(slots))
-    arms = {name: costs.CostCurve.from_json(pick(stored, name), kind[0]) for name in (args.a, args.b)}
-    rows = []
-    for cls in CLASSES:
-        reqs = [json.loads(line) for line in (args.workload / f"{cls}.jsonl").open()][args.start : args.start + args.per_class]
-        learned = {name: (Calibrator(), SuccessorTable()) for name in arms}
-        for i, req in enumerate(reqs):
-            got = {}
-            for name in list(arms)[:: 1 if i % 2 == 0 else -1]:
-                slots[kind] = arms[name]
-                calibrator, successors = learned[name]
-                res = lookahead.generate(lm, req["messages"], max_new_tokens=args.max_new_tokens,
-                                         calibrator=calibrator, successors=successors)
-                s = res.stats
-                got[name] = (tuple(res.token_ids), s.decode_s / max(s.new_tokens, 1), s.tokens_per_step,
-                             s.processed_tokens / max(s.steps, 1))
-            a, b = got[args.a], got[args.b]
-            if a[0] != b[0]:
-                sys.exit(f"{req['id']}: the arms produced different tokens; that is a bug")
-            rows.append({"class": cls, "id": req["id"], "speed": a[1] / b[1], "tps": (a[2], b[2]), "rows": (a[3], b[3])})
-            print(f"{cls:16s} {req['id']:32s} b/a speed {rows[-1]['speed']:.3f}  tok/step {a[2]:.2f} {b[2]:.2f}  "
-                  f"rows {a[3]:.1f} {b[3]:.1f}", flush=True)
-    summary = {}
-    for cls in CLASSES:
-        rs = [r for r in rows if r["class"] == cls]
-        summary[cls] = {"speed": round(statistics.median(r["speed"] for r in rs), 3),
-                        "tokens_per_step": [round(statistics.fmean(r["tps"][j] for r in rs), 3) for j in (0, 1)],
-                        "rows_per_step": [round(statistics.fmean(r["rows"][j] for r in rs), 2) for j in (0, 1)]}
-        print(f"{cls:16s} paired speed b over a {summary[cls]['speed']:.3f}  tok/step {summary[cls]['tokens_per_step']}  "
-              f"rows {summary[cls]['rows_per_step']}")
-    print(json.dumps({"a": args.a, "b": args.b, "speed": round(statistics.median(r["speed"] for r in rows), 3),
-                      "classes": summary, "curves_after": {n: [round(c(w), 3) for w in (2, 3, 4, 6, 8, 12, 16)]
-                                                            for n, c in arms.items()}}))
+    curves = {name: costs.CostCurve.from_json(pick(stored, name), kind[0]) for name in (args.a, args.b)}
+
+    def arm(name: str):
+        def run(messages, calibrator, successors, n):
+            slots[kind] = curves[name]  # this arm's curve, refined by its own steps
+            return lookahead.generate(lm, messages, max_new_tokens=n, calibrator=calibrator, successors=successors)
+        return run
+
+    summary = run_paired(args.workload, {name: arm(name) for name in curves}, args.a, args.b, args.per_class,
+                         args.start, args.max_new_tokens)
+    summary["curves_after"] = {n: [round(c(w), 3) for w in (2, 3, 4, 6, 8, 12, 16)] for n, c in curves.items()}
+    print(json.dumps(summary))
     return 0
 
 

@@ -12,28 +12,25 @@ identical.
     lookahead workloads build --out /tmp/wl
     python benchmarks/trees_ab.py --workload /tmp/wl [--per-class 8] [--from 20]
 
-Prints per request and per class the paired speed of trees over first chains (median of the chain
-arm's decode time per token over the tree arm's), tokens per step and query rows per step of each arm,
-then one JSON line.
+Prints per request and per class the paired speed of trees over first chains (paired_ab.py), then one
+JSON line.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
 import torch
 
-import lookahead
-from lookahead.candidates.recycling import SuccessorTable
-from lookahead.engine.calibration import Calibrator
-from lookahead.engine.numerics import width_probe
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-CLASSES = ("chat", "code", "function_calling", "math", "summarization")  # greedy classes
-ARMS = {"chain": False, "trees": True}  # arm -> aligned_trees
+from paired_ab import run_paired  # noqa: E402
+
+import lookahead  # noqa: E402
+from lookahead.engine.numerics import width_probe  # noqa: E402
 
 
 def main() -> int:
@@ -50,34 +47,14 @@ def main() -> int:
     lookahead.generate(lm, "hello", max_new_tokens=8)  # probe and cost curve before any timing
     if not width_probe(lm.model).aligned_exact:
         sys.exit("the width probe did not find aligned trees exact on this model and device: nothing to compare")
-    rows = []
-    for cls in CLASSES:
-        reqs = [json.loads(line) for line in (args.workload / f"{cls}.jsonl").open()][args.start : args.start + args.per_class]
-        learned = {name: (Calibrator(), SuccessorTable()) for name in ARMS}
-        for i, req in enumerate(reqs):
-            got = {}
-            for name in list(ARMS)[:: 1 if i % 2 == 0 else -1]:
-                calibrator, successors = learned[name]
-                res = lookahead.generate(lm, req["messages"], max_new_tokens=args.max_new_tokens,
-                                         calibrator=calibrator, successors=successors, aligned_trees=ARMS[name])
-                s = res.stats
-                got[name] = (tuple(res.token_ids), s.decode_s / max(s.new_tokens, 1), s.tokens_per_step,
-                             s.processed_tokens / max(s.steps, 1))
-            a, b = got["chain"], got["trees"]
-            if a[0] != b[0]:
-                sys.exit(f"{req['id']}: the arms produced different tokens; that is a bug")
-            rows.append({"class": cls, "id": req["id"], "speed": a[1] / b[1], "tps": (a[2], b[2]), "rows": (a[3], b[3])})
-            print(f"{cls:16s} {req['id']:32s} trees/chain speed {rows[-1]['speed']:.3f}  tok/step {a[2]:.2f} {b[2]:.2f}  "
-                  f"rows {a[3]:.1f} {b[3]:.1f}", flush=True)
-    summary = {}
-    for cls in CLASSES:
-        rs = [r for r in rows if r["class"] == cls]
-        summary[cls] = {"speed": round(statistics.median(r["speed"] for r in rs), 3),
-                        "tokens_per_step": [round(statistics.fmean(r["tps"][j] for r in rs), 3) for j in (0, 1)],
-                        "rows_per_step": [round(statistics.fmean(r["rows"][j] for r in rs), 2) for j in (0, 1)]}
-        print(f"{cls:16s} paired speed trees over chain {summary[cls]['speed']:.3f}  "
-              f"tok/step {summary[cls]['tokens_per_step']}  rows {summary[cls]['rows_per_step']}")
-    print(json.dumps({"speed": round(statistics.median(r["speed"] for r in rows), 3), "classes": summary}))
+
+    def arm(trees: bool):
+        return lambda messages, calibrator, successors, n: lookahead.generate(
+            lm, messages, max_new_tokens=n, calibrator=calibrator, successors=successors, aligned_trees=trees)
+
+    summary = run_paired(args.workload, {"chain": arm(False), "trees": arm(True)}, "chain", "trees",
+                         args.per_class, args.start, args.max_new_tokens)
+    print(json.dumps(summary))
     return 0
 
 

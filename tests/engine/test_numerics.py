@@ -244,3 +244,5 @@ def test_key_views_off_verifies_first_chains_only(monkeypatch: pytest.MonkeyPatc
     assert not views
     with pytest.raises(ConfigError, match="key_views"):
         SchedulerConfig(key_views="no")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="aligned_trees"):
+        SchedulerConfig(aligned_trees="no")  # type: ignore[arg-type]

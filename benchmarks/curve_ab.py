@@ -17,7 +17,6 @@ b's), tokens per step and query rows per step of each arm, then one JSON line.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -26,7 +25,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from paired_ab import run_paired  # noqa: E402
+from paired_ab import paired_parser, run_paired  # noqa: E402
 
 import lookahead  # noqa: E402
 from lookahead.engine import costs  # noqa: E402
@@ -40,16 +39,10 @@ def pick(stored: dict[str, dict[str, float]], name: str) -> dict[str, float]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--workload", type=Path, required=True, help="a folder `lookahead workloads build` wrote")
+    ap = paired_parser(__doc__)
     ap.add_argument("--curves", type=Path, required=True, help="a cost-curves.json")
     ap.add_argument("--a", required=True, help="the first curve (version suffix or key prefix)")
     ap.add_argument("--b", required=True, help="the second curve")
-    ap.add_argument("--model", default="smollm2-135m-instruct")
-    ap.add_argument("--per-class", type=int, default=8)
-    ap.add_argument("--from", dest="start", type=int, default=20, help="first request of each class (held out)")
-    ap.add_argument("--max-new-tokens", type=int, default=128)
-    ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     stored = json.loads(args.curves.read_text())

@@ -9,6 +9,7 @@ and query rows per step of each arm; returns the summary for the caller's JSON l
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import sys
@@ -23,6 +24,18 @@ CLASSES = ("chat", "code", "function_calling", "math", "summarization")  # greed
 
 # an arm: (messages, calibrator, successors, max_new_tokens) -> GenerationResult
 Arm = Callable[[list[dict[str, str]], Calibrator, SuccessorTable, int], Any]
+
+
+def paired_parser(doc: str) -> argparse.ArgumentParser:
+    """The arguments every paired A/B script takes; the script adds its own."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--workload", type=Path, required=True, help="a folder `lookahead workloads build` wrote")
+    ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument("--per-class", type=int, default=8)
+    ap.add_argument("--from", dest="start", type=int, default=20, help="first request of each class (held out)")
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=2)
+    return ap
 
 
 def run_paired(workload: Path, arms: dict[str, Arm], a: str, b: str, per_class: int, start: int,

@@ -18,7 +18,6 @@ JSON line.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -27,20 +26,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from paired_ab import run_paired  # noqa: E402
+from paired_ab import paired_parser, run_paired  # noqa: E402
 
 import lookahead  # noqa: E402
 from lookahead.engine.numerics import width_probe  # noqa: E402
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--workload", type=Path, required=True, help="a folder `lookahead workloads build` wrote")
-    ap.add_argument("--model", default="smollm2-135m-instruct")
-    ap.add_argument("--per-class", type=int, default=8)
-    ap.add_argument("--from", dest="start", type=int, default=20, help="first request of each class (held out)")
-    ap.add_argument("--max-new-tokens", type=int, default=128)
-    ap.add_argument("--threads", type=int, default=2)
+    ap = paired_parser(__doc__)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     lm = lookahead.load(args.model)

@@ -25,22 +25,31 @@ def model16(arch: str) -> lookahead.LoadedModel:
     return tiny_model(arch, dtype=torch.bfloat16, seed=1)
 
 
+def _lookahead_equals_autoregressive(lm: lookahead.LoadedModel, n_prompts: int, arch: str,
+                                     **options: object) -> int:
+    """Greedy and seeded-sampled prompts, lookahead with `options(i)` against autoregressive decoding;
+    returns the guesses accepted (a test that accepts none proves nothing)."""
+    accepted = 0
+    for i, text in enumerate(prompts(n_prompts)):
+        ids = lm.encode(text, raw=True)
+        sampling = SamplingConfig(temperature=0.9, top_p=0.95, seed=i) if i % 3 == 2 else None
+        ar = lookahead.generate(lm, ids, max_new_tokens=32, strategy="autoregressive", sampling=sampling)
+        kwargs = {k: v(i) if callable(v) else v for k, v in options.items()}
+        la = lookahead.generate(lm, ids, max_new_tokens=32, lookahead=LookaheadConfig(2, 4, 4), sampling=sampling,
+                                **kwargs)  # type: ignore[arg-type]
+        assert la.token_ids == ar.token_ids, f"{arch} prompt {i}"
+        assert (ar.dtype, ar.width_floor) == ("bfloat16", width_probe(lm.model).floor) == (la.dtype, la.width_floor)
+        accepted += la.stats.guesses_accepted
+    return accepted
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 def test_bf16_lookahead_equals_bf16_autoregressive(arch: str, monkeypatch: pytest.MonkeyPatch) -> None:
     lm = model16(arch)
     probe = width_probe(lm.model)
     assert probe.floor is not None and probe.exact_attention and probe.tree_exact, probe
     views = spy_key_views(monkeypatch)  # layers that recomputed branches over key views
-    accepted = 0
-    for i, text in enumerate(prompts(12)):
-        ids = lm.encode(text, raw=True)
-        sampling = SamplingConfig(temperature=0.9, top_p=0.95, seed=i) if i % 3 == 2 else None
-        ar = lookahead.generate(lm, ids, max_new_tokens=32, strategy="autoregressive", sampling=sampling)
-        la = lookahead.generate(lm, ids, max_new_tokens=32, lookahead=LookaheadConfig(2, 4, 4), sampling=sampling,
-                                adaptive=False, key_views=i % 2 == 0)
-        assert la.token_ids == ar.token_ids, f"{arch} prompt {i}"
-        assert (ar.dtype, ar.width_floor) == ("bfloat16", probe.floor) == (la.dtype, la.width_floor)
-        accepted += la.stats.guesses_accepted
+    accepted = _lookahead_equals_autoregressive(lm, 12, arch, adaptive=False, key_views=lambda i: i % 2 == 0)
     assert accepted > 0, "no guess was accepted: the test would prove nothing"
     assert views, "no step verified a branch off its first chain: the test would prove nothing of trees"
 
@@ -52,15 +61,7 @@ def test_bf16_aligned_trees_equal_bf16_autoregressive(arch: str, monkeypatch: py
     lm = model16(arch)
     assert width_probe(lm.model).aligned_exact
     branches = spy_aligned_branches(monkeypatch)
-    accepted = 0
-    for i, text in enumerate(prompts(10)):
-        ids = lm.encode(text, raw=True)
-        sampling = SamplingConfig(temperature=0.9, top_p=0.95, seed=i) if i % 3 == 2 else None
-        ar = lookahead.generate(lm, ids, max_new_tokens=32, strategy="autoregressive", sampling=sampling)
-        la = lookahead.generate(lm, ids, max_new_tokens=32, lookahead=LookaheadConfig(2, 4, 4), sampling=sampling,
-                                adaptive=i % 2 == 0, aligned_trees=True)
-        assert la.token_ids == ar.token_ids, f"{arch} prompt {i}"
-        accepted += la.stats.guesses_accepted
+    accepted = _lookahead_equals_autoregressive(lm, 10, arch, adaptive=lambda i: i % 2 == 0, aligned_trees=True)
     assert accepted > 0, "no guess was accepted: the test would prove nothing"
     assert branches, "no pass placed a branch off its first chain: the test would prove nothing of trees"
 

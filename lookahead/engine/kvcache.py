@@ -21,7 +21,7 @@ full chunk whatever the step's width or its batch companions. Buffers start zero
 entries are always finite and get weight exactly 0.
 
 Placed entries (`place`): a pass may write its Q new entries of a slot at chosen offsets after the slot's
-length instead of one after another (engine/query.py `aligned_offsets` lays a tree's branches out so
+length instead of one after another (engine/query.py `align_tree` lays a tree's branches out so
 that each branch's keys keep their autoregressive indices modulo the kernels' period). The slot then
 spans length + (largest offset + 1); the entries between are left as they were (finite, masked).
 """

@@ -123,7 +123,9 @@ class ModelRunner:
         if int(kept.sum()) < least:
             kept[torch.nonzero(~kept).flatten()[: least - int(kept.sum())]] = True
         rows = torch.nonzero(kept).flatten()  # [R] ascending
-        placed = any(p.offsets is not None for p in parts)  # some keys go to chosen offsets (engine/query.py)
+        in_order = torch.arange(q)
+        # some keys go to chosen offsets (engine/query.py align_tree; a chain's offsets are in order)
+        placed = any(p.offsets is not None and not torch.equal(o, in_order) for p, (*_, o) in zip(parts, padded))
         span = max(int(o.max()) + 1 for *_, o in padded)
         key_width = cache.key_width(span)
         masks = [self.masks.build(n, pos, loc, key_width, o if placed else None)

@@ -53,18 +53,21 @@ def spy_key_views(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
-def spy_aligned_branches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """A list that gains an entry each time a pass writes keys at aligned offsets with a gap (a tree
-    branch off the first chain, engine/query.py align_tree): tests assert it is non-empty to show that
-    such branches were really verified."""
+def spy_aligned_branches(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """A list that gains "gap" each time a pass writes keys at aligned offsets with a gap (a tree branch
+    off the first chain, engine/query.py align_tree), "in order" when a pass places keys exactly where
+    they would go anyway (wasted indexed copies: the runner should write those as a block): tests assert
+    "gap" in it to show that such branches were really verified."""
     from lookahead.engine.kvcache import KVCache
 
-    calls: list[int] = []
+    calls: list[str] = []
     place = KVCache.place
 
     def spy(self: KVCache, offsets: list[torch.Tensor] | None) -> None:
-        if offsets is not None and any(int(o.max()) + 1 > o.numel() for o in offsets):
-            calls.append(1)
+        if offsets is not None:
+            gap = any(int(o.max()) + 1 > o.numel() for o in offsets)
+            in_order = all(torch.equal(o, torch.arange(o.numel())) for o in offsets)
+            calls.append("gap" if gap else "in order" if in_order else "permuted")
         place(self, offsets)
 
     monkeypatch.setattr(KVCache, "place", spy)

@@ -63,7 +63,8 @@ def test_bf16_aligned_trees_equal_bf16_autoregressive(arch: str, monkeypatch: py
     branches = spy_aligned_branches(monkeypatch)
     accepted = _lookahead_equals_autoregressive(lm, 10, arch, adaptive=lambda i: i % 2 == 0, aligned_trees=True)
     assert accepted > 0, "no guess was accepted: the test would prove nothing"
-    assert branches, "no pass placed a branch off its first chain: the test would prove nothing of trees"
+    assert "gap" in branches, "no pass placed a branch off its first chain: the test would prove nothing of trees"
+    assert "in order" not in branches, "a chain's keys went through indexed copies instead of one block write"
 
 
 def test_float64_models_probe_as_width_invariant() -> None:

@@ -29,6 +29,7 @@ spans length + (largest offset + 1); the entries between are left as they were (
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
@@ -199,9 +200,13 @@ class KVCache(Cache):
         lo, hi = self.layers[0]._span()
         return self.layers[0].lengths[lo:hi]
 
-    def key_width(self, new: int) -> int:
-        """How many keys the model sees after appending `new` entries (padded to key_align)."""
-        end = max(self.slot_lengths()) + new
+    def key_width(self, new: int | Sequence[int]) -> int:
+        """How many keys the model sees after the next pass (what `update` hands it: the longest slot's new
+        length padded to key_align). `new`: the entries each selected slot will span (one count for all,
+        or one per slot: with placed entries, a slot spans its largest offset + 1)."""
+        lengths = self.slot_lengths()
+        spans = [new] * len(lengths) if isinstance(new, int) else list(new)
+        end = max(n + w for n, w in zip(lengths, spans))
         return -(-end // self.key_align) * self.key_align
 
     def keep(self, prefix: int, rows: torch.Tensor, slot: int | None = None) -> None:

@@ -5,7 +5,8 @@ Width floor (engine/numerics.py): at reduced precision a row's logits can depend
 the forward pass (the matmul kernels pick their blocking by the number of rows). Above the floor they
 do not, so a pass padded to at least `floor` rows, and with at least `floor` logit rows, computes every
 row exactly as any other such pass would. Dummy rows go after the real ones and see only the cached
-prefix and themselves; their keys are dropped before the call returns.
+prefix and themselves; their keys are dropped before the call returns (with an aligned tree's offsets,
+those that fill its gaps stay, masked, until the step compacts the cache).
 """
 
 from __future__ import annotations
@@ -108,7 +109,8 @@ class ModelRunner:
     def forward_batch(self, cache: KVCache, parts: Sequence[Rows], width: int = 0) -> list[torch.Tensor]:
         """One pass over the cache's selected slots, part b in slot b. Every part is padded to the same
         width Q (the widest part, the floor, `width`) with dummy rows after its real ones; each dummy row
-        sees its slot's prefix and itself, and its keys are dropped before the call returns. Appends each
+        sees its slot's prefix and itself, and its keys are dropped before the call returns (keys left in
+        an aligned tree's gaps stay until the step compacts the cache; masked meanwhile). Appends each
         part's real rows to its slot and returns its logits [K_b, V] for its `keep` rows."""
         lengths = cache.slot_lengths()
         if len(lengths) != len(parts):
@@ -126,8 +128,8 @@ class ModelRunner:
         in_order = torch.arange(q)
         # some keys go to chosen offsets (engine/query.py align_tree; a chain's offsets are in order)
         placed = any(p.offsets is not None and not torch.equal(o, in_order) for p, (*_, o) in zip(parts, padded))
-        span = max(int(o.max()) + 1 for *_, o in padded)
-        key_width = cache.key_width(span)
+        spans = [int(o.max()) + 1 for *_, o in padded]  # [B] entries each slot's pass spans (gaps included)
+        key_width = cache.key_width(spans)  # exactly the key count the cache will hand the model
         masks = [self.masks.build(n, pos, loc, key_width, o if placed else None)
                  for n, (_, pos, loc, o) in zip(lengths, padded)]
         kwargs: dict[str, Any] = {self.cache_kwarg: cache, "use_cache": True}
@@ -153,7 +155,10 @@ class ModelRunner:
         logits = out.logits  # [B, R, V] (R = len(rows), or every row when the model cannot skip any)
         if logits.shape[1] != rows.numel():
             logits = logits[:, rows]
-        for slot, (n, p) in enumerate(zip(lengths, parts)):  # drop the dummy rows' keys (placed after the real ones)
+        # Drop the dummy rows' keys past the real rows' span. Dummies take the first offsets the real rows
+        # leave free, so some may sit in an aligned tree's gaps: those stay (masked for every real row)
+        # until the step's compaction (engine/step.py) keeps only the accepted entries.
+        for slot, (n, p, span) in enumerate(zip(lengths, parts, spans)):
             real = int(p.tokens.shape[0])
             if real < q or (placed and span > real):
                 end = real if p.offsets is None else int(p.offsets.max()) + 1

@@ -30,7 +30,7 @@ from lookahead.engine.kvcache import KVCache
 from lookahead.engine.model_runner import ModelRunner, Rows
 from lookahead.engine.query import align_tree, build_query
 
-PROBE_VERSION = 6  # bump when the engine's numerics change (cached probes of older versions are ignored)
+PROBE_VERSION = 7  # bump when the engine's numerics change (cached probes of older versions are ignored)
 USABLE_FLOOR = 16  # a floor above this would make every step as wide as 16 rows: treated as none
 _CONTEXTS = (40, 300, 700, 1000)  # cached context lengths the rows are probed over (1000: passes that
 # straddle 1024 keys, where one matmul changes how it reduces; engine/attention.py KEY_CHUNK)
@@ -181,7 +181,7 @@ def _tree_exact(runner: ModelRunner, cache: KVCache, tokens: torch.Tensor, width
     shares its first token. Every pass `width` rows. Aligned offsets are checked with the root at an
     even and at an odd position (a branch may start only at an even one, engine/query.py align_tree),
     and with the chain off the root and off a first node."""
-    root, chain, other = int(tokens[0]), tokens[-3:].tolist(), tokens[1:9].tolist()
+    root, chain, other = int(tokens[0]), tokens[-3:].tolist(), tokens[1:10].tolist()
 
     def rows_of(tree: CandidateTree, path: list[int]) -> torch.Tensor:
         p = cache.get_seq_length()
@@ -211,7 +211,7 @@ def _tree_exact(runner: ModelRunner, cache: KVCache, tokens: torch.Tensor, width
         for lead in ([], [other[0]]) if aligned else ([],):
             path = lead + chain
             ref = rows_of(tree_of(path), path)
-            shapes = [tree_of(lead + other[1 : 1 + g], path) for g in (1, 3, 4, 7) if 4 + len(lead) + g <= width]
+            shapes = [tree_of(lead + other[1 : 1 + g], path) for g in (1, 3, 4, 7, 8) if 4 + len(lead) + g <= width]
             if width >= 8:  # c shares its first node with a branch
                 shapes.append(tree_of(lead + other[1:4], lead + [chain[0], *other[4:6]], path))
             for tree in shapes:

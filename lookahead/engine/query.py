@@ -18,8 +18,10 @@ matters there are two ways to make its row come out as the same tokens do decode
   modulo the kernels' reduction period (engine/attention.py KEY_PERIOD), inside the same reduction
   block as its autoregressive index; the keys between are masked. Each visible key then sits in the
   same lane of the same block, in the same order, as in the gap-free run, and the masked ones add exact
-  zeros. E.g. first chain a->b and branch c->d off the root, period 16: rows [root a b c d] at offsets
-  [0 1 2 17 18] (c at depth 1 goes to the next free offset = 1 mod 16). Costs only masked keys;
+  zeros. E.g. first chain a->b and branch c->d off the root at an odd position p, period 16: rows
+  [root a b c d] at offsets [0 1 2 17 18] (c at depth 1 goes to the next free offset = 1 mod 16). At an
+  even p, c's index p + 1 would pair it with the root in bfloat16's key pairs, a slot a already holds,
+  so c and d are left out: only one child of such a node can be verified. Costs only masked keys;
 - key views (`branch_views`; engine/attention.py KeyView): the branch's rows are computed again over
   their keys gathered into position order (cached prefix, root, the branch's nodes).
 """

@@ -88,6 +88,23 @@ def test_placed_entries_land_at_their_offsets_and_compact_back() -> None:
     torch.testing.assert_close(layer.keys[:, :, 8], new[:, :, 0] + 1)
 
 
+def test_key_width_counts_each_slots_own_span() -> None:
+    # Two slots of lengths 6 and 2; the next pass writes 2 entries to each, slot 0 in order (span 2),
+    # slot 1 at offsets [0, 9] (span 10). The model then sees max(6 + 2, 2 + 10) = 12 keys, not the
+    # longest length plus the largest span (16): the masks must be exactly as wide as the keys.
+    cache = KVCache()
+    k = torch.zeros(2, 1, 6, 2, dtype=torch.float64)
+    cache.update(k, k, 0)
+    cache.keep(0, torch.arange(2), slot=1)
+    assert cache.slot_lengths() == [6, 2]
+    assert cache.key_width(2) == 8
+    assert cache.key_width([2, 10]) == 12
+    cache.place([torch.tensor([0, 1]), torch.tensor([0, 9])])
+    keys, _ = cache.update(k[:, :, :2], k[:, :, :2], 0)
+    cache.place(None)
+    assert keys.shape[-2] == 12 and cache.slot_lengths() == [8, 12]
+
+
 def test_a_step_reports_each_computed_rows_predecessor_for_recycling() -> None:
     # Root r (after a, b) with the tree r -> x -> y and r -> z, and a Jacobi window: the rows are
     # [r, x, y, z, aux...]; the last two tokens before each on its own path: (a, b) before r, (b, r)

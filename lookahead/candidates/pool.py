@@ -10,7 +10,9 @@ Each step:
        distinct first token's subtree is scaled by a factor learned for its rank among them: the
        sources' rates are marginal, and where they disagree on the next token at most one is right
        (measured before this correction on sampled text, float32: steps the calibration valued at 0.7-1.1
-       extra tokens realised 0.29-0.35);
+       extra tokens realised 0.29-0.35); below the first token, siblings are disjoint events too (at
+       most one continues the text), so a node's children are capped to sum to at most its own
+       probability, the likeliest keeping theirs (`CandidateTree.cap_siblings`);
     4. an aux-branch source (the Jacobi window) adds its rows and the tokens it is expected to earn.
 The generation loop then sizes the step with the allocator (engine/allocator.py). After the step every
 source sees the outcome (engine/sources.Observation).
@@ -81,7 +83,10 @@ class SourcePool:
         tree = CandidateTree()
         for probs, guess in scored:
             tree.add(guess.tokens, guess.source, probs)
-        self._firsts = self._correct_first_tokens(tree) if self.calibrator.cfg.siblings else []
+        self._firsts = []
+        if self.calibrator.cfg.siblings:
+            self._firsts = self._correct_first_tokens(tree)
+            tree.cap_siblings()
         if self.aux_source is None:
             return Draft(tree=tree, calibrated=self.cfg.allocate)
         drift = min(1.0, self._idle / self.cfg.explore_every)

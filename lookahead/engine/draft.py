@@ -78,6 +78,25 @@ class CandidateTree:
     def __len__(self) -> int:
         return len(self.tokens)
 
+    def cap_siblings(self) -> None:
+        """Make the children of every node coherent with it: they are disjoint events (at most one of them
+        is the next token), so their path probabilities may sum to at most their parent's. Children are
+        taken likeliest first and each is capped at what its elder siblings leave of the parent's; a
+        capped child's subtree is scaled by the same factor. First tokens (children of the root) are
+        left alone: the pool corrects them by learned factors (candidates/pool.py)."""
+        factor = [1.0] * len(self.tokens)
+        left: dict[int, float] = {}  # parent -> probability its visited children leave over
+        for node in sorted(range(len(self.tokens)), key=lambda n: (self.depths[n], -self.probs[n], n)):
+            parent = self.parents[node]
+            if parent < 0:
+                continue
+            scaled = self.probs[node] * factor[parent]  # the parent's subtree may have been scaled already
+            room = left.get(parent, self.probs[parent])
+            capped = min(scaled, room)
+            factor[node] = capped / self.probs[node] if self.probs[node] > 0 else factor[parent]
+            left[parent] = room - capped
+            self.probs[node] = capped
+
     def first_chain(self) -> CandidateTree:
         """The first continuation added (the best-ranked one: nodes 0..k-1, each the child of the one
         before) as a tree of its own. Exact steps at reduced precision verify only this chain: a node of

@@ -7,6 +7,7 @@ which every node sees). Written as one string per node: "1" sees, "." does not.
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from lookahead.engine.draft import CandidateTree
@@ -82,3 +83,40 @@ def test_every_row_is_the_path_from_the_root() -> None:
             j = tree.parents[j]
         assert set(torch.nonzero(m[i]).flatten().tolist()) == chain
         assert int(m[i].sum()) == tree.depths[i]
+
+
+def test_cap_siblings_keeps_children_within_their_parent() -> None:
+    # Root -> 1 (0.8). Under 1, three guessed next tokens: 2 (0.6, its child 3 at 0.5), 4 (0.5, its
+    # child 5 at 0.4) and 6 (0.1). At most one of 2, 4, 6 follows 1, so together they may hold at most
+    # 1's 0.8: 2 keeps 0.6 (likeliest first), 4 gets the 0.2 left (factor 0.4, so its child 5 gets
+    # 0.4 * 0.4 = 0.16), 6 gets nothing left (0.0). 3 is 2's only child and within 0.6: unchanged.
+    # A second first token 7 (0.9) is the root's child: left alone (the pool's learned factors).
+    tree = CandidateTree()
+    tree.add([1, 2, 3], probs=[0.8, 0.6, 0.5])
+    tree.add([1, 4, 5], probs=[0.8, 0.5, 0.4])
+    tree.add([1, 6], probs=[0.8, 0.1])
+    tree.add([7], probs=[0.9])
+    tree.cap_siblings()
+    by_path = {tuple(path): p for path, p in zip(paths_of(tree), tree.probs)}
+    assert by_path == pytest.approx({(1,): 0.8, (1, 2): 0.6, (1, 2, 3): 0.5, (1, 4): 0.2, (1, 4, 5): 0.16,
+                                     (1, 6): 0.0, (7,): 0.9})
+
+
+def test_cap_siblings_leaves_a_coherent_tree_alone() -> None:
+    # 1 (0.9) -> 2 (0.5) and 1 -> 3 (0.3): 0.8 <= 0.9, nothing to cap; a chain is always coherent.
+    tree = CandidateTree()
+    tree.add([1, 2], probs=[0.9, 0.5])
+    tree.add([1, 3, 4], probs=[0.9, 0.3, 0.2])
+    tree.cap_siblings()
+    assert tree.probs == pytest.approx([0.9, 0.5, 0.3, 0.2])
+
+
+def paths_of(tree: CandidateTree) -> list[list[int]]:
+    out = []
+    for node in range(len(tree)):
+        path = []
+        while node >= 0:
+            path.append(tree.tokens[node])
+            node = tree.parents[node]
+        out.append(path[::-1])
+    return out

@@ -12,8 +12,9 @@ Strategies per dtype:
   lookahead, prompt_lookup the engine's speculative strategies (exact: padded like the reference)
   lookahead/key-views      with --key-views: lookahead whose exact steps may also verify a second
                            chain over key views (key_views=True; off by default)
-  lookahead/trees          with --aligned-trees: lookahead whose exact steps verify whole trees at
-                           aligned key offsets (aligned_trees=True; off by default)
+  lookahead/chain          with --chain-only: lookahead whose exact steps verify each tree's first
+                           chain only (aligned_trees=False; the default verifies whole trees at
+                           aligned key offsets where the probe allows)
 
 Speedups divide the FASTEST autoregressive path's time per generated token (the better of
 autoregressive/unpadded and hf_generate for that prompt and dtype; whole call, prefill included) by
@@ -67,7 +68,7 @@ Learned = tuple[Calibrator, SuccessorTable]
 
 def ours(lm: lookahead.LoadedModel, ids: list[int], max_new: int, strategy: str, exact: bool = True,
          cfg: LookaheadConfig | None = None, key_views: bool = False, learned: Learned | None = None,
-         aligned_trees: bool = False) -> dict:
+         aligned_trees: bool = True) -> dict:
     calibrator, successors = learned or (Calibrator(), SuccessorTable())
     r = lookahead.generate(lm, ids, max_new_tokens=max_new, strategy=strategy, lookahead=cfg or LookaheadConfig(),
                            exact=exact, key_views=key_views, calibrator=calibrator, successors=successors,
@@ -94,8 +95,8 @@ def main() -> int:
                     help="extra lookahead shapes (T: context_tokens), each run as 'lookahead W=.. N=.. G=.. T=..'")
     ap.add_argument("--key-views", action="store_true",
                     help="also run lookahead verifying a second chain over key views, where the probe allows")
-    ap.add_argument("--aligned-trees", action="store_true",
-                    help="also run lookahead verifying whole trees at aligned key offsets, where the probe allows")
+    ap.add_argument("--chain-only", action="store_true",
+                    help="also run lookahead verifying each tree's first chain only (no aligned trees)")
     ap.add_argument("--source-sets", default="", metavar="a+b;...",
                     help="extra lookahead source sets (candidates/registry.py), each run as 'lookahead a+b'")
     args = ap.parse_args()
@@ -125,9 +126,9 @@ def main() -> int:
         if args.key_views and width_probe(lm.model).tree_exact:
             runs[(dtype, "lookahead/key-views")] = lambda ids, learned, lm=lm: ours(lm, ids, n, "lookahead",
                                                                                   key_views=True, learned=learned)
-        if args.aligned_trees and width_probe(lm.model).aligned_exact:
-            runs[(dtype, "lookahead/trees")] = lambda ids, learned, lm=lm: ours(lm, ids, n, "lookahead",
-                                                                              aligned_trees=True, learned=learned)
+        if args.chain_only and width_probe(lm.model).aligned_exact:
+            runs[(dtype, "lookahead/chain")] = lambda ids, learned, lm=lm: ours(lm, ids, n, "lookahead",
+                                                                              aligned_trees=False, learned=learned)
         for label, cfg in variants.items():
             runs[(dtype, label)] = lambda ids, learned, lm=lm, c=cfg: ours(lm, ids, n, "lookahead", cfg=c,
                                                                           learned=learned)

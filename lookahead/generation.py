@@ -51,7 +51,7 @@ def stream_events(
     calibrator: Calibrator | None = None,
     successors: SuccessorTable | None = None,
     key_views: bool = False,
-    aligned_trees: bool = False,
+    aligned_trees: bool = True,
 ) -> Iterator[StepEvent]:
     """`draft`: a draft model for strategy "speculative" (else `speculative.draft` is resolved);
     `ngram_cache`: cross-request n-grams, offered to "lookahead"/"prompt_lookup" and updated with the
@@ -69,7 +69,7 @@ def stream_events(
     (engine/attention.py; off by default: on the 2-core Zen 4 they cost more than they settled,
     README "Measured: exact bfloat16 trees"); `aligned_trees`: exact steps verify whole trees, each node's
     key at an offset where the kernels reduce it as in autoregressive decoding, where the probe found
-    that exact (engine/query.py align_tree; off by default: level speed on the 2-core Zen 4, README
+    that exact (engine/query.py align_tree; on by default; False: each tree's first chain only, README
     "Measured: exact trees at aligned key offsets")."""
     if calibrator is not None and not isinstance(calibrator, Calibrator):
         raise ConfigError(f"calibrator must be a lookahead.engine.calibration.Calibrator (or None: the model's "

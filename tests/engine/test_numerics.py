@@ -230,20 +230,30 @@ def test_a_model_whose_context_is_too_short_to_probe_gets_a_clear_error() -> Non
     assert len(lookahead.generate(lm, lm.encode("ab", raw=True), max_new_tokens=2, exact=False).token_ids) == 2
 
 
-def test_key_views_off_verifies_first_chains_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    # key_views=False (the default): exact steps verify each tree's first chain only: no pass
-    # recomputes a branch, and the tokens are the same
+def test_default_trees_are_aligned_and_off_means_first_chains_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Defaults: key_views=False, aligned_trees=True. Where the probe found aligned trees exact, default
+    # steps verify branches at aligned offsets and never over key views; aligned_trees=False verifies
+    # each tree's first chain only: no pass places a branch at all. The tokens are the same throughout.
     from lookahead.scheduler.scheduler import SchedulerConfig
 
     lm = model16("llama")
-    assert width_probe(lm.model).tree_exact  # probed before the spy: the probe itself runs views
+    probe = width_probe(lm.model)  # probed before the spies: the probe itself runs views and placements
+    assert probe.tree_exact and probe.aligned_exact
     views = spy_key_views(monkeypatch)
+    branches = spy_aligned_branches(monkeypatch)
     for text in prompts(4):
         ids = lm.encode(text, raw=True)
         ar = lookahead.generate(lm, ids, max_new_tokens=24, strategy="autoregressive")
-        chain = lookahead.generate(lm, ids, max_new_tokens=24, adaptive=False)
+        trees = lookahead.generate(lm, ids, max_new_tokens=24, adaptive=False)
+        assert trees.token_ids == ar.token_ids
+    assert not views and "gap" in branches
+    branches.clear()
+    for text in prompts(4):
+        ids = lm.encode(text, raw=True)
+        ar = lookahead.generate(lm, ids, max_new_tokens=24, strategy="autoregressive")
+        chain = lookahead.generate(lm, ids, max_new_tokens=24, adaptive=False, aligned_trees=False)
         assert chain.token_ids == ar.token_ids
-    assert not views
+    assert not views and "gap" not in branches
     with pytest.raises(ConfigError, match="key_views"):
         SchedulerConfig(key_views="no")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="aligned_trees"):

@@ -42,9 +42,12 @@ def strategy_kwargs(strategy: str, lm: LoadedModel) -> dict[str, Any]:
     if strategy == "speculative":  # the target drafts for itself: every drafted token is accepted
         return {"strategy": "speculative", "draft": lm, "speculative": SpeculativeConfig(draft_tokens=4)}
     # a fresh calibrator per decode: its estimates order the tree's guesses, so the free decode and the
-    # stopped one must start from the same state to take the same steps (a shared one learns in between)
+    # stopped one must start from the same state to take the same steps (a shared one learns in between).
+    # First chains only (aligned_trees=False): the stop rules act on the accepted run whatever tree it
+    # came from, and on these prompts a stop string that fits inside a run (a printable pair not seen
+    # before, rare in the tiny model's text) turns up in a chain's runs
     return {"strategy": "lookahead", "lookahead": LookaheadConfig(2, 4, 4, sources=("context", "jacobi")), "adaptive": False,
-            "calibrator": Calibrator()}
+            "calibrator": Calibrator(), "aligned_trees": False}
 
 
 def runs_of(lm: LoadedModel, ids: list[int], stop: list[str], **kwargs: Any) -> tuple[list[list[int]], Any]:

@@ -206,7 +206,7 @@ class KVCache(Cache):
         or one per slot: with placed entries, a slot spans its largest offset + 1)."""
         lengths = self.slot_lengths()
         spans = [new] * len(lengths) if isinstance(new, int) else list(new)
-        end = max(n + w for n, w in zip(lengths, spans))
+        end = max(n + w for n, w in zip(lengths, spans, strict=True))  # one span per selected slot
         return -(-end // self.key_align) * self.key_align
 
     def keep(self, prefix: int, rows: torch.Tensor, slot: int | None = None) -> None:

@@ -40,7 +40,7 @@ class SchedulerConfig:
     views where the width probe found them exact (engine/attention.py; False, the default: each tree's
     first chain only, the faster choice measured on this project's CPUs); aligned_trees: exact steps verify
     whole trees with their keys at aligned offsets where the probe found that exact (engine/query.py
-    align_tree; costs masked keys only; on by default: on the 2-core Zen 4 it raised tokens per step 6-15%
+    align_tree; costs masked keys only; on by default: on the 2-core Zen 4 it raised tokens per step 6-17%
     in every class, median paired speed 1.03x over 100 held-out requests; False: first chains only;
     README "Measured: exact trees at aligned key offsets")."""
 

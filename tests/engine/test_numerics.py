@@ -258,3 +258,32 @@ def test_default_trees_are_aligned_and_off_means_first_chains_only(monkeypatch: 
         SchedulerConfig(key_views="no")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="aligned_trees"):
         SchedulerConfig(aligned_trees="no")  # type: ignore[arg-type]
+
+
+def test_prefill_runs_the_fused_kernel_and_decoding_steps_the_exact_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The prompt's keys come from one fused (SDPA) pass, the same for every way of decoding it; only the
+    # steps, whose logits are read, run the exact attention. (Exact prefill cost 2.6x at 1,500 tokens.)
+    from lookahead.engine import model_runner
+    from lookahead.engine.sampling import TokenChooser
+    from lookahead.engine.step import StepRunner
+    from lookahead.config import GREEDY
+    from lookahead.engine.draft import CandidateTree, Draft
+
+    lm = model16("llama")
+    exact_calls: list[int] = []
+    enter = model_runner.exact_passes
+    monkeypatch.setattr(model_runner, "exact_passes", lambda *a: (exact_calls.append(1), enter(*a))[1])
+    runner = StepRunner(lm.model, TokenChooser(GREEDY, lm.model.config.vocab_size), width_probe(lm.model))
+    assert runner.model.exact_attention and runner.model.floor is not None
+    exact_calls.clear()  # the probe's own passes
+    prompt = lm.encode("the quick brown fox jumps over the lazy dog", raw=True)
+    cache = runner.new_cache()
+    runner.prefill(cache, prompt)
+    assert cache.get_seq_length() == len(prompt) - 1 and not exact_calls  # the prompt: fused kernel
+    plain = ModelRunner(lm.model)  # no exact attention anywhere: the same prompt keys, bit for bit
+    reference = KVCache(KEY_ALIGN)
+    plain.prefill(reference, prompt[:-1])
+    for mine, ref in zip(cache.layers, reference.layers):
+        assert torch.equal(mine.keys, ref.keys) and torch.equal(mine.values, ref.values)
+    runner.step(cache, prompt[-1], Draft(CandidateTree()))
+    assert exact_calls == [1]  # the step's logits: exact attention

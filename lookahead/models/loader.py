@@ -14,6 +14,7 @@ import torch
 
 from lookahead.errors import ModelNotFoundError, PromptError
 from lookahead.models import dtypes
+from lookahead.models.packing import pack_linears
 from lookahead.models.registry import EMBEDDED, cache_root
 
 Messages = Sequence[dict[str, str]]
@@ -30,6 +31,13 @@ class LoadedModel:
     eos_token_ids: tuple[int, ...]
     context_length: int
     dtype: torch.dtype
+    packed: int = 0  # linear layers running on weights packed once (models/packing.py)
+
+    @property
+    def timing_key(self) -> str:
+        """What the device's measured timings (cost curves, batch costs) are kept under: the model, its
+        dtype, the device and whether its weights are packed (packing changes speed, never bits)."""
+        return f"{self.name}|{self.dtype}|{dtypes.device_signature()}" + ("|packed" if self.packed else "")
 
     def encode(self, prompt: PromptLike, *, raw: bool = False) -> list[int]:
         """Token ids for a prompt: a str (a user chat message unless raw), chat messages, or ids."""
@@ -61,12 +69,14 @@ def parse_dtype(dtype: str | torch.dtype) -> torch.dtype | None:
 
 
 def load(name_or_path: str = "smollm2-135m-instruct", *, dtype: str | torch.dtype | None = "auto",
-         probe: bool = True) -> LoadedModel:
+         probe: bool = True, pack: bool = True) -> LoadedModel:
     """Load an embedded model by name, a Hugging Face model folder, a .gguf file, or `tiny:ARCH`.
 
     dtype: "auto" (default: the fastest dtype this device runs well, measured once per model and
     device), a dtype name, or a torch dtype. probe: measure the model's width floor now
-    (engine/numerics.py) rather than inside the first generate call."""
+    (engine/numerics.py) rather than inside the first generate call. pack: run the linear layers on
+    weights packed once for the CPU matmul library wherever that gives bit-identical results
+    (models/packing.py: bfloat16 decode passes ~1.4x faster here; costs a copy of those weights)."""
     requested = parse_dtype(dtype) if dtype is not None else None
     loaded = _load(name_or_path, requested or torch.float32)
     tiny = name_or_path.startswith("tiny:")
@@ -76,6 +86,8 @@ def load(name_or_path: str = "smollm2-135m-instruct", *, dtype: str | torch.dtyp
         if chosen != loaded.dtype:
             loaded.model.to(chosen)
             loaded = replace(loaded, dtype=chosen)
+    if pack:
+        loaded = replace(loaded, packed=pack_linears(loaded.model))
     if probe:
         from lookahead.engine.numerics import PROBE_VERSION, width_probe
 

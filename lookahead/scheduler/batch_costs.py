@@ -24,7 +24,6 @@ from lookahead.engine.costs import MEASURE_CONTEXT
 from lookahead.engine.model_runner import Rows
 from lookahead.engine.numerics import width_probe
 from lookahead.engine.step import StepRunner
-from lookahead.models.dtypes import device_signature
 from lookahead.models.loader import LoadedModel
 from lookahead.models.registry import cache_root
 
@@ -75,7 +74,7 @@ def default_max_batch(loaded: LoadedModel, remeasure: bool = False) -> tuple[int
     if getattr(loaded.model, "_lookahead_flat_costs", False):
         return FALLBACK, None
     path = cache_root() / "batch-costs.json"
-    key = f"{loaded.name}|{loaded.dtype}|{device_signature()}|context={MEASURE_CONTEXT}|v{VERSION}"
+    key = f"{loaded.timing_key}|context={MEASURE_CONTEXT}|v{VERSION}"
     stored = None if remeasure else read_json(path).get(key)
     try:
         seconds = {int(b): float(t) for b, t in stored.items()}  # type: ignore[union-attr]

@@ -24,7 +24,6 @@ from lookahead.engine.draft import Draft
 from lookahead.engine.numerics import width_probe
 from lookahead.engine.step import StepRunner
 from lookahead.errors import ConfigError
-from lookahead.models.dtypes import device_signature
 from lookahead.models.loader import LoadedModel
 from lookahead.models.registry import cache_root
 from lookahead.scheduler.request import Request, StepEvent
@@ -181,5 +180,5 @@ def _aux_rows(draft: Draft) -> int:
 def device_costs(loaded: LoadedModel, runner: StepRunner, remeasure: bool = False) -> CostCurve:
     """The cost curve of `runner`'s passes on this device (engine/costs.py), cached per model, dtype,
     device and pass kind; `remeasure` re-times it and overwrites the cache (`lookahead profile`)."""
-    return cost_curve(loaded.model, runner.model, cache_root() / "cost-curves.json",
-                      f"{loaded.name}|{loaded.dtype}|{device_signature()}", remeasure=remeasure)
+    return cost_curve(loaded.model, runner.model, cache_root() / "cost-curves.json", loaded.timing_key,
+                      remeasure=remeasure)

@@ -1,0 +1,113 @@
+"""Linear layers with their weights packed once for the CPU matmul library, where that changes no bit.
+
+A decode pass is a few rows against every weight of the model. PyTorch's CPU linear for bfloat16 hands
+oneDNN the weight in its plain layout, and oneDNN reorders it into its blocked layout on every call: a
+full extra pass over the weights. Measured on SmolLM2-135M (bfloat16, 2 Zen 4 cores, 210 linear
+layers, weights cold): 29-47 ms for 1-16 rows plain, 17-26 ms with the weights reordered once
+(`torch.ops.mkldnn._reorder_linear_weight`, the op PyTorch's own compiler uses when it freezes a model),
+and flatter in the row count, so the rows a step verifies cost less beside the one it must compute.
+
+Packing must not change a result: lookahead's guarantee is bit-identity with the model's own decoding.
+So each distinct layer shape is packed only where the packed kernel gives, for a spread of row counts,
+exactly the plain kernel's bits (bfloat16 here: yes at every count tried; float32: no, oneDNN and MKL
+round differently, so float32 models stay as they are). The width probe (engine/numerics.py) then runs
+over the packed model like over any other.
+
+The packed copy is extra memory (about the size of the linear weights); `load(pack=False)` skips it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+CHECK_ROWS = (1, 2, 3, 4, 5, 8, 16, 17, 33, 64)  # row counts at which packed and plain must agree bit for bit
+PACK_FOR_ROWS = 8  # the row count oneDNN tunes the packed layout for (decode steps: a few to a few dozen)
+
+
+def _ops_available() -> bool:
+    mkldnn = getattr(torch.ops, "mkldnn", None)
+    return (torch.backends.mkldnn.is_available() and hasattr(mkldnn, "_reorder_linear_weight")
+            and hasattr(mkldnn, "_linear_pointwise"))
+
+
+def _packed_matmul(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """x [N, in] @ weight.T + bias through the packed weight: [N, out]."""
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+
+
+class PackedLinear(nn.Module):
+    """An nn.Linear whose forward uses its weight packed once (see the module docstring). `weight` and
+    `bias` stay the original parameters (tied embeddings, state dicts and shape lookups still see them);
+    inputs the packed copy cannot take (another dtype or device, or needing gradients) go through the
+    plain linear. The packed copy is taken at construction: change the weight afterwards and it is stale."""
+
+    def __init__(self, linear: nn.Linear, packed: torch.Tensor) -> None:
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.weight = linear.weight
+        self.bias = linear.bias
+        # a plain attribute, not a buffer: model.to(...) must not cast a blocked layout element by element
+        self.packed = packed
+        self._dtype, self._device = linear.weight.dtype, linear.weight.device
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        grads = torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)
+        if grads or x.dtype != self._dtype or self.weight.dtype != self._dtype or x.device != self._device \
+                or self.weight.device != self._device:
+            return nn.functional.linear(x, self.weight, self.bias)
+        lead = x.shape[:-1]
+        out = _packed_matmul(x.reshape(-1, self.in_features), self.packed, self.bias)  # [N, out]
+        return out.view(*lead, self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, packed"
+
+
+def _bit_identical(linear: nn.Linear, packed: torch.Tensor) -> bool:
+    """Does the packed weight give exactly the plain linear's bits at every row count of CHECK_ROWS?"""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(max(CHECK_ROWS), linear.in_features, generator=gen).to(linear.weight.dtype)
+    with torch.no_grad():
+        for n in CHECK_ROWS:
+            plain = nn.functional.linear(x[:n], linear.weight, linear.bias)
+            if not torch.equal(_packed_matmul(x[:n], packed, linear.bias), plain):
+                return False
+    return True
+
+
+def pack_linears(model: Any) -> int:
+    """Replace the model's CPU nn.Linear layers by PackedLinear where packing changes no bit (checked per
+    layer shape and dtype). Returns how many layers were packed (0 where the ops are missing, the model
+    is not on the CPU, or no shape passes the check)."""
+    if not _ops_available():
+        return 0
+    verdicts: dict[tuple[int, int, torch.dtype, bool], bool] = {}
+    swaps: list[tuple[nn.Module, str, PackedLinear]] = []
+    for parent in model.modules():
+        for name, child in parent.named_children():
+            if type(child) is not nn.Linear or child.weight.device.type != "cpu":
+                continue
+            kind = (child.in_features, child.out_features, child.weight.dtype, child.bias is not None)
+            if verdicts.get(kind) is False:
+                continue
+            with torch.no_grad():
+                try:
+                    packed = torch.ops.mkldnn._reorder_linear_weight(child.weight.detach(), PACK_FOR_ROWS)
+                except RuntimeError:  # a dtype or layout oneDNN does not take
+                    verdicts[kind] = False
+                    continue
+            if kind not in verdicts:
+                verdicts[kind] = _bit_identical(child, packed)
+            if verdicts[kind]:
+                swaps.append((parent, name, PackedLinear(child, packed)))
+    for parent, name, packed_linear in swaps:
+        setattr(parent, name, packed_linear)
+    return len(swaps)
+
+
+def packed_count(model: Any) -> int:
+    """How many of the model's layers run packed."""
+    return sum(isinstance(m, PackedLinear) for m in model.modules())

@@ -1,0 +1,82 @@
+"""Packed linear weights (models/packing.py): faster, and never a different bit."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import lookahead
+from lookahead import LookaheadConfig, SamplingConfig
+from lookahead.models import packing
+from lookahead.models.packing import PackedLinear, pack_linears, packed_count
+from lookahead.testing import ARCHS, tiny_model
+
+
+def _logits(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return model(input_ids=ids[None]).logits[0]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_packed_bf16_model_computes_the_same_bits(arch: str) -> None:
+    lm = tiny_model(arch, dtype=torch.bfloat16, seed=1)
+    plain = copy.deepcopy(lm.model)
+    linears = sum(type(m) is torch.nn.Linear for m in lm.model.modules())
+    assert pack_linears(lm.model) == linears == packed_count(lm.model) > 0  # every bf16 layer packs here
+    ids = torch.tensor(lm.encode("the quick brown fox jumps over the lazy dog", raw=True))
+    for n in (1, 2, 5, ids.numel()):  # one row, a few, the whole prompt
+        assert torch.equal(_logits(lm.model, ids[:n]), _logits(plain, ids[:n])), f"{arch}: {n} rows"
+
+
+def test_a_kernel_that_changes_bits_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a packed kernel off by one ulp-ish nudge anywhere: no layer may be swapped
+    lm = tiny_model("llama", dtype=torch.bfloat16, seed=1)
+    real = packing._packed_matmul
+    monkeypatch.setattr(packing, "_packed_matmul", lambda x, w, b: real(x, w, b) * 1.01)
+    assert pack_linears(lm.model) == 0 and packed_count(lm.model) == 0
+
+
+def test_float32_layers_pack_only_where_bits_agree() -> None:
+    lm = tiny_model("llama", dtype=torch.float32, seed=1)
+    plain = copy.deepcopy(lm.model)
+    pack_linears(lm.model)  # oneDNN and MKL round float32 differently here: whatever packs must agree
+    ids = torch.tensor(lm.encode("hello world, again", raw=True))
+    assert torch.equal(_logits(lm.model, ids), _logits(plain, ids))
+
+
+def test_packed_layers_fall_back_where_the_packed_copy_does_not_fit() -> None:
+    lm = tiny_model("llama", dtype=torch.bfloat16, seed=1)
+    pack_linears(lm.model)
+    layer = next(m for m in lm.model.modules() if isinstance(m, PackedLinear))
+    x = torch.randn(3, layer.in_features)
+    # gradients: the plain linear (the packed op has no backward)
+    y = layer(x.to(torch.bfloat16).requires_grad_())
+    y.float().sum().backward()
+    assert layer.weight.grad is not None
+    # converted to float32 afterwards: the stale bf16 copy is not used, and .to() left it alone
+    lm.model.to(torch.float32)
+    with torch.no_grad():
+        assert torch.equal(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias))
+    assert layer.packed.dtype == torch.bfloat16
+
+
+def test_lookahead_on_a_packed_model_equals_autoregressive_on_the_plain_one() -> None:
+    # the engine's guarantee across the swap: packing changes speed, so the tokens are the plain model's
+    plain = tiny_model("llama", dtype=torch.bfloat16, seed=1)
+    packed = tiny_model("llama", dtype=torch.bfloat16, seed=1)
+    assert pack_linears(packed.model) > 0
+    for i, text in enumerate(["the quick brown fox", "one two three one two three one two", "abcabcabcabc"]):
+        ids = plain.encode(text, raw=True)
+        sampling = SamplingConfig(temperature=0.9, top_p=0.95, seed=i) if i == 2 else None
+        ar = lookahead.generate(plain, ids, max_new_tokens=24, strategy="autoregressive", sampling=sampling)
+        la = lookahead.generate(packed, ids, max_new_tokens=24, lookahead=LookaheadConfig(2, 4, 4), sampling=sampling)
+        assert la.token_ids == ar.token_ids, text
+
+
+def test_timings_are_kept_apart_for_packed_models() -> None:
+    lm = lookahead.load("tiny:llama", dtype="bfloat16", probe=False, pack=False)
+    assert lm.packed == 0 and not lm.timing_key.endswith("|packed")
+    lm = lookahead.load("tiny:llama", dtype="bfloat16", probe=False)
+    assert lm.packed > 0 and lm.timing_key.endswith("|packed")

@@ -200,7 +200,7 @@ def main() -> int:
         print(f"bfloat16 vs float32 autoregressive tokens/s (fastest paths): geomean {g:.2f}x")
     floors = {d: width_probe(m.model).floor for d, m in models.items()}
     print(json.dumps({"model": args.model, "max_new_tokens": n, "repeats": args.repeats, "threads": args.threads,
-                      "width_floor": floors, "defaults": LookaheadConfig().__dict__, "geomean": geo,
+                      "width_floor": floors, "packed_linears": {d: m.packed for d, m in models.items()}, "defaults": LookaheadConfig().__dict__, "geomean": geo,
                       "identical": ident, "vs_prompt_lookup": vs_pl, "bf16_vs_fp32_ar": ar_ratio, "table": table}))
     return 0
 

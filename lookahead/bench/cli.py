@@ -117,7 +117,8 @@ def run_bench_command(args: argparse.Namespace) -> int:
     if not rows:
         return _error("no request could be measured (see the skipped requests above)")
     summary, policy = summarize(rows, cfg, class_counts=counts, model_name=getattr(loaded, "name", cfg.model),
-                                profile=profile, skipped=outcome.skipped)
+                                profile=profile, skipped=outcome.skipped,
+                                extra_meta={"packed_linears": int(getattr(loaded, "packed", 0))})
     cfg.out.mkdir(parents=True, exist_ok=True)
     (cfg.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     (cfg.out / "policy.json").write_text(json.dumps(policy, indent=2) + "\n", encoding="utf-8")

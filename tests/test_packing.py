@@ -80,3 +80,26 @@ def test_timings_are_kept_apart_for_packed_models() -> None:
     assert lm.packed == 0 and not lm.timing_key.endswith("|packed")
     lm = lookahead.load("tiny:llama", dtype="bfloat16", probe=False)
     assert lm.packed > 0 and lm.timing_key.endswith("|packed")
+
+
+def test_auto_dtype_times_each_dtype_as_load_runs_it(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # noqa: ANN001
+    # "auto" compares float32 with bfloat16 packed (what load() will run), and leaves the model untouched
+    from lookahead.models import dtypes
+
+    monkeypatch.setenv("LOOKAHEAD_CACHE", str(tmp_path))
+    monkeypatch.setattr(dtypes, "supported", lambda device="cpu": ("float32", "bfloat16"))
+    timed: list[tuple[torch.dtype, int]] = []
+
+    def fake_step_time(model: torch.nn.Module) -> float:
+        dtype = next(model.parameters()).dtype
+        timed.append((dtype, packed_count(model)))
+        return 1.0 if dtype == torch.float32 else 0.5
+
+    monkeypatch.setattr(dtypes, "_step_time", fake_step_time)
+    lm = tiny_model("llama", dtype=torch.float32, seed=1)
+    assert dtypes.choose(lm.model, "tiny-test") == torch.bfloat16
+    assert timed[0] == (torch.float32, 0) and timed[1][0] == torch.bfloat16 and timed[1][1] > 0
+    assert packed_count(lm.model) == 0 and next(lm.model.parameters()).dtype == torch.float32
+    timed.clear()
+    assert dtypes.choose(lm.model, "tiny-test", pack=False) == torch.bfloat16 and timed[1] == (torch.bfloat16, 0)
+    assert dtypes.choose(lm.model, "tiny-test") == torch.bfloat16 and len(timed) == 2  # cached per packing

@@ -1,9 +1,10 @@
 """Which weights dtype to run: `auto` picks the fastest one this device runs well, by measurement.
 
 A device qualifies for bfloat16 when it has bf16 kernels (x86 CPUs with avx512_bf16 or amx_bf16; CUDA
-GPUs that report bf16 support); then both dtypes are timed on the model itself (a decode-sized forward
-over a short cached context, median of several) and bfloat16 is chosen only if it is clearly faster.
-The verdict is cached per (model, device) in <cache>/dtype-choices.json, so the timing runs once.
+GPUs that report bf16 support); then both dtypes are timed on the model as load() will run them (linear
+weights packed where that changes no bit, models/packing.py; a decode-sized forward over a short cached
+context, median of several) and bfloat16 is chosen only if it is clearly faster. The verdict is cached
+per (model, device, packing) in <cache>/dtype-choices.json, so the timing runs once.
 `--dtype NAME` still overrides; a dtype this device cannot run well is refused with the choices.
 """
 
@@ -21,6 +22,7 @@ import torch
 
 from lookahead.cachefile import read_json, update_json
 from lookahead.errors import ConfigError
+from lookahead.models.packing import pack_linears
 from lookahead.models.registry import cache_root
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -82,21 +84,33 @@ def parse(dtype: str | torch.dtype, device: str = "cpu") -> torch.dtype | None:
     return None if dtype == "auto" else DTYPES[dtype]
 
 
-def choose(model: Any, key: str, device: str = "cpu") -> torch.dtype:
-    """The dtype `auto` resolves to for `model` (loaded in float32), measured once and cached under `key`."""
+def choose(model: Any, key: str, device: str = "cpu", pack: bool = True) -> torch.dtype:
+    """The dtype `auto` resolves to for `model` (loaded in float32), measured once and cached under `key`.
+    `pack`: time each dtype as load() will run it, with its linear weights packed where that changes no
+    bit (models/packing.py; bfloat16 gains from it, float32 does not pack here)."""
     if "bfloat16" not in supported(device):
         return torch.float32
     cache_file = cache_root() / "dtype-choices.json"
-    entry = f"{key}|{device_signature()}"
+    entry = f"{key}|{device_signature()}" + ("|packed" if pack else "")
     known = read_json(cache_file).get(entry)
     if isinstance(known, dict) and known.get("dtype") in DTYPES:
         return DTYPES[known["dtype"]]
-    t32 = _step_time(model)
-    t16 = _step_time(copy.deepcopy(model).to(torch.bfloat16))
+    t32 = _step_time(_as_run(model, torch.float32, pack))
+    t16 = _step_time(_as_run(model, torch.bfloat16, pack))
     chosen = "bfloat16" if t16 <= BF16_MARGIN * t32 else "float32"
     measured = {"dtype": chosen, "float32_ms": round(t32 * 1e3, 2), "bfloat16_ms": round(t16 * 1e3, 2)}
     update_json(cache_file, entry, measured)
     return DTYPES[chosen]
+
+
+def _as_run(model: Any, dtype: torch.dtype, pack: bool) -> Any:
+    """`model` as load() would run it in `dtype`: itself where nothing changes, else a converted copy."""
+    if not pack and next(model.parameters()).dtype == dtype:
+        return model
+    run = copy.deepcopy(model).to(dtype)
+    if pack:
+        pack_linears(run)
+    return run
 
 
 def _step_time(model: Any, context: int = 128, width: int = 4, repeats: int = 7) -> float:

@@ -82,7 +82,7 @@ def load(name_or_path: str = "smollm2-135m-instruct", *, dtype: str | torch.dtyp
     tiny = name_or_path.startswith("tiny:")
     key = f"{loaded.name}|{sum(p.numel() for p in loaded.model.parameters())}"
     if requested is None and not tiny:  # tiny test models stay float32: their timings mean nothing
-        chosen = dtypes.choose(loaded.model, key)
+        chosen = dtypes.choose(loaded.model, key, pack=pack)
         if chosen != loaded.dtype:
             loaded.model.to(chosen)
             loaded = replace(loaded, dtype=chosen)

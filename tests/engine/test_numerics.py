@@ -287,3 +287,18 @@ def test_prefill_runs_the_fused_kernel_and_decoding_steps_the_exact_one(monkeypa
         assert torch.equal(mine.keys, ref.keys) and torch.equal(mine.values, ref.values)
     runner.step(cache, prompt[-1], Draft(CandidateTree()))
     assert exact_calls == [1]  # the step's logits: exact attention
+
+
+def test_a_fused_pass_refuses_key_views() -> None:
+    # key views are recomputed inside the exact attention: a pass on the fused kernel cannot honour them
+    from lookahead.engine.model_runner import Rows
+
+    lm = model16("llama")
+    assert install(lm.model)
+    runner = ModelRunner(lm.model, exact_attention=True, views=True)
+    cache = KVCache(KEY_ALIGN)
+    runner.prefill(cache, lm.encode("some context", raw=True))
+    rows = Rows(torch.tensor([5, 6]), torch.tensor([11, 11]), torch.eye(2, dtype=torch.bool), torch.arange(2),
+                views=(([1], [1]),))
+    with pytest.raises(ValueError, match="fused kernel"):
+        runner.forward_batch(cache, [rows], fused=True)

@@ -54,9 +54,9 @@ class PackedLinear(nn.Module):
         self._dtype, self._device = linear.weight.dtype, linear.weight.device
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        grads = torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)
-        if grads or x.dtype != self._dtype or self.weight.dtype != self._dtype or x.device != self._device \
-                or self.weight.device != self._device:
+        # after model.to(...) inputs arrive in the new dtype or device, so the input alone tells a stale copy
+        if x.dtype != self._dtype or x.device != self._device or (
+                torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)):
             return nn.functional.linear(x, self.weight, self.bias)
         lead = x.shape[:-1]
         out = _packed_matmul(x.reshape(-1, self.in_features), self.packed, self.bias)  # [N, out]

@@ -10,7 +10,7 @@ import torch
 import lookahead
 from lookahead import LookaheadConfig, SamplingConfig
 from lookahead.models import packing
-from lookahead.models.packing import PackedLinear, pack_linears, packed_count
+from lookahead.models.packing import PackedLinear, pack_linears, packed_count, unpack_linears
 from lookahead.testing import ARCHS, tiny_model
 
 
@@ -103,3 +103,17 @@ def test_auto_dtype_times_each_dtype_as_load_runs_it(monkeypatch: pytest.MonkeyP
     timed.clear()
     assert dtypes.choose(lm.model, "tiny-test", pack=False) == torch.bfloat16 and timed[1] == (torch.bfloat16, 0)
     assert dtypes.choose(lm.model, "tiny-test") == torch.bfloat16 and len(timed) == 2  # cached per packing
+
+
+def test_a_packed_model_deep_copies_and_unpacks() -> None:
+    # copies of a loaded model (the certificate's reference, dtype timing) must work on packed layers,
+    # whose blocked weights have no storage to copy; a tied LM head stays tied in the copy
+    lm = tiny_model("gemma3", dtype=torch.bfloat16, seed=1)
+    n = pack_linears(lm.model)
+    ids = torch.tensor(lm.encode("copy me twice", raw=True))
+    twin = copy.deepcopy(lm.model)
+    assert packed_count(twin) == n and torch.equal(_logits(twin, ids), _logits(lm.model, ids))
+    head, embed = twin.get_output_embeddings().weight, twin.get_input_embeddings().weight
+    assert (head is embed) == (lm.model.get_output_embeddings().weight is lm.model.get_input_embeddings().weight)
+    assert unpack_linears(twin) == n and packed_count(twin) == 0
+    assert torch.equal(_logits(twin, ids), _logits(lm.model, ids))  # bf16: packing changed no bit

@@ -25,6 +25,7 @@ import torch
 
 from lookahead.config import GREEDY, SamplingConfig
 from lookahead.engine.sampling import TokenChooser, process_logits
+from lookahead.models.packing import unpack_linears
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,9 @@ def reference_model(model: Any) -> Any:
     with _lock:
         ref = _references.get(model)
         if ref is None:
-            ref = copy.deepcopy(model).to(reference_dtype(next(model.parameters()).dtype))
+            ref = copy.deepcopy(model)
+            unpack_linears(ref)  # the reference runs PyTorch's plain kernels in its own dtype
+            ref.to(reference_dtype(next(model.parameters()).dtype))
             ref.eval()
             _references[model] = ref
         return ref

@@ -18,6 +18,7 @@ The packed copy is extra memory (about the size of the linear weights); `load(pa
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
@@ -62,6 +63,17 @@ class PackedLinear(nn.Module):
         out = _packed_matmul(x.reshape(-1, self.in_features), self.packed, self.bias)  # [N, out]
         return out.view(*lead, self.out_features)
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> PackedLinear:
+        """A copy packed from the copied weight (the blocked layout itself has no storage to copy)."""
+        shell = nn.Linear(self.in_features, self.out_features, bias=self.bias is not None, device="meta")
+        shell.weight = copy.deepcopy(self.weight, memo)  # memo: a tied weight stays tied in the copy
+        shell.bias = copy.deepcopy(self.bias, memo)
+        with torch.no_grad():
+            out = PackedLinear(shell, torch.ops.mkldnn._reorder_linear_weight(shell.weight.detach(), PACK_FOR_ROWS))
+        out.train(self.training)
+        memo[id(self)] = out
+        return out
+
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, packed"
 
@@ -105,6 +117,19 @@ def pack_linears(model: Any) -> int:
                 swaps.append((parent, name, PackedLinear(child, packed)))
     for parent, name, packed_linear in swaps:
         setattr(parent, name, packed_linear)
+    return len(swaps)
+
+
+def unpack_linears(model: Any) -> int:
+    """Put plain nn.Linear layers back in place of the model's PackedLinear ones (same parameters).
+    Returns how many were unpacked."""
+    swaps = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
+             if isinstance(child, PackedLinear)]
+    for parent, name, child in swaps:
+        plain = nn.Linear(child.in_features, child.out_features, bias=child.bias is not None, device="meta")
+        plain.weight, plain.bias = child.weight, child.bias
+        plain.train(child.training)
+        setattr(parent, name, plain)
     return len(swaps)
 
 

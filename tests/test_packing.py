@@ -1,4 +1,4 @@
-"""Packed linear weights (models/packing.py): faster, and never a different bit."""
+"""Packed linear weights (models/packing.py): faster, and never at the cost of exactness."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import torch
 
 import lookahead
 from lookahead import LookaheadConfig, SamplingConfig
+from lookahead.engine.numerics import width_probe
 from lookahead.models import packing
 from lookahead.models.packing import PackedLinear, pack_linears, packed_count, unpack_linears
 from lookahead.testing import ARCHS, tiny_model
@@ -38,12 +39,46 @@ def test_a_kernel_that_changes_bits_is_not_used(monkeypatch: pytest.MonkeyPatch)
     assert pack_linears(lm.model) == 0 and packed_count(lm.model) == 0
 
 
-def test_float32_layers_pack_only_where_bits_agree() -> None:
+def _width_dependent(kernel):  # type: ignore[no-untyped-def]
+    """`kernel` with a planted dependence on the row count, as a matmul choosing its blocking by M."""
+    return lambda x, w, b: kernel(x, w, b) + 1e-3 * x.shape[0]
+
+
+def test_a_packed_kernel_that_makes_rows_width_invariant_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the plain kernel's rows change with the row count (float32 MKL here); the packed one, other bits
+    # but the same rows at every count, makes passes exact: every layer packs
     lm = tiny_model("llama", dtype=torch.float32, seed=1)
-    plain = copy.deepcopy(lm.model)
-    pack_linears(lm.model)  # oneDNN and MKL round float32 differently here: whatever packs must agree
-    ids = torch.tensor(lm.encode("hello world, again", raw=True))
-    assert torch.equal(_logits(lm.model, ids), _logits(plain, ids))
+    monkeypatch.setattr(packing, "_plain_matmul", _width_dependent(packing._plain_matmul))
+    real = packing._packed_matmul
+    monkeypatch.setattr(packing, "_packed_matmul", lambda x, w, b: real(x, w, b) * 1.01)
+    linears = sum(type(m) is torch.nn.Linear for m in lm.model.modules())
+    assert pack_linears(lm.model) == linears > 0
+
+
+def test_a_packed_kernel_whose_rows_depend_on_the_count_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    # both kernels width-dependent and differing: packing would buy speed with other bits and no
+    # exactness in return
+    lm = tiny_model("llama", dtype=torch.float32, seed=1)
+    monkeypatch.setattr(packing, "_plain_matmul", _width_dependent(packing._plain_matmul))
+    real = packing._packed_matmul
+    monkeypatch.setattr(packing, "_packed_matmul", lambda x, w, b: real(x, w, b) * 1.01 + 2e-3 * x.shape[0])
+    assert pack_linears(lm.model) == 0
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_lookahead_on_a_packed_float32_model_equals_its_autoregressive_decoding(arch: str) -> None:
+    # float32 packs where that makes rows width-invariant (its bits then differ from the plain kernel's):
+    # the engine's guarantee is against the model as it runs, packed
+    lm = tiny_model(arch, dtype=torch.float32, seed=3)
+    pack_linears(lm.model)
+    assert width_probe(lm.model).floor is not None
+    for i, text in enumerate(["the quick brown fox", "one two three one two three one two", "abcabcabcabc"]):
+        ids = lm.encode(text, raw=True)
+        sampling = SamplingConfig(temperature=0.9, top_p=0.95, seed=i) if i == 2 else None
+        ar = lookahead.generate(lm, ids, max_new_tokens=24, strategy="autoregressive", sampling=sampling)
+        la = lookahead.generate(lm, ids, max_new_tokens=24, lookahead=LookaheadConfig(2, 4, 4), sampling=sampling,
+                                adaptive=i != 1)
+        assert la.token_ids == ar.token_ids, (arch, text)
 
 
 def test_packed_layers_fall_back_where_the_packed_copy_does_not_fit() -> None:
@@ -83,7 +118,8 @@ def test_timings_are_kept_apart_for_packed_models() -> None:
 
 
 def test_auto_dtype_times_each_dtype_as_load_runs_it(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # noqa: ANN001
-    # "auto" compares float32 with bfloat16 packed (what load() will run), and leaves the model untouched
+    # "auto" compares both dtypes as load() will run them, packed (float32 too, here: packing makes its rows
+    # width-invariant), and leaves the model untouched
     from lookahead.models import dtypes
 
     monkeypatch.setenv("LOOKAHEAD_CACHE", str(tmp_path))
@@ -98,7 +134,8 @@ def test_auto_dtype_times_each_dtype_as_load_runs_it(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(dtypes, "_step_time", fake_step_time)
     lm = tiny_model("llama", dtype=torch.float32, seed=1)
     assert dtypes.choose(lm.model, "tiny-test") == torch.bfloat16
-    assert timed[0] == (torch.float32, 0) and timed[1][0] == torch.bfloat16 and timed[1][1] > 0
+    assert timed[0] == (torch.float32, pack_linears(copy.deepcopy(lm.model)))  # what load() packs in float32
+    assert timed[1][0] == torch.bfloat16 and timed[1][1] > 0
     assert packed_count(lm.model) == 0 and next(lm.model.parameters()).dtype == torch.float32
     timed.clear()
     assert dtypes.choose(lm.model, "tiny-test", pack=False) == torch.bfloat16 and timed[1] == (torch.bfloat16, 0)

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 NAME = "lookahead_exact"
 KEY_ALIGN = 64  # exact passes see their keys padded to a multiple of this (engine/kvcache.py)
@@ -142,6 +143,13 @@ def _weighted_sum(probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
     1024 tokens decoded differently with lookahead (a wider pass crosses 1024 first). Fixed chunks
     make a row's sum the same whatever the pass's key count: chunks past its keys add exact zeros."""
     k = probs.shape[-1]
+    if probs.dtype == torch.float32 and k % KEY_CHUNK:
+        # float32 (MKL here) reduces one matmul's keys in an order that depends on how many keys it has
+        # (measured: the same 200 visible keys came out different at 256 or 320 keys than at >= 384), so
+        # every chunk gets exactly KEY_CHUNK keys: the padding's probabilities are exact zeros.
+        pad = KEY_CHUNK - k % KEY_CHUNK
+        probs, value = F.pad(probs, (0, pad)), F.pad(value, (0, 0, 0, pad))
+        k += pad
     if k <= KEY_CHUNK:
         return torch.matmul(probs, value)
     acc = torch.promote_types(value.dtype, torch.float32)

@@ -2,8 +2,9 @@
 width of the forward pass?
 
 At reduced precision (bfloat16 on CPUs with avx512_bf16, measured on SmolLM2 and Gemma 3) a row's logits
-are bit-identical for every width >= 4 and differ below it; in float32 on the same CPU every width
-differs in the last bits. The engine pads every pass up to the floor (engine/model_runner.py), so an
+are bit-identical for every width >= 4 and differ below it (>= 2 with packed weights); in float32 on the
+same CPU every width differs in the last bits with PyTorch's plain (MKL) linear, and every width >= 2
+agrees with packed weights (models/packing.py) and the exact attention's fixed-size key chunks. The engine pads every pass up to the floor (engine/model_runner.py), so an
 autoregressive step and a lookahead step compute the same rows the same way, and lookahead's tokens are
 exactly autoregressive decoding's, not just up to float rounding.
 
@@ -30,7 +31,7 @@ from lookahead.engine.kvcache import KVCache
 from lookahead.engine.model_runner import ModelRunner, Rows
 from lookahead.engine.query import align_tree, build_query
 
-PROBE_VERSION = 7  # bump when the engine's numerics change (cached probes of older versions are ignored)
+PROBE_VERSION = 8  # bump when the engine's numerics change (cached probes of older versions are ignored)
 USABLE_FLOOR = 16  # a floor above this would make every step as wide as 16 rows: treated as none
 _CONTEXTS = (40, 300, 700, 1000)  # cached context lengths the rows are probed over (1000: passes that
 # straddle 1024 keys, where one matmul changes how it reduces; engine/attention.py KEY_CHUNK)
@@ -39,7 +40,7 @@ _MIN_CONTEXT = 8
 
 @dataclass(frozen=True)
 class WidthProbe:
-    """floor: the width from which rows are bit-identical (None: no usable floor, e.g. float32 here);
+    """floor: the width from which rows are bit-identical (None: no usable floor, e.g. unpacked float32 here);
     max_width: the widest pass probed; diffs: width -> max |logit difference| against the widest pass."""
 
     floor: int | None

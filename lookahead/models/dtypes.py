@@ -2,7 +2,7 @@
 
 A device qualifies for bfloat16 when it has bf16 kernels (x86 CPUs with avx512_bf16 or amx_bf16; CUDA
 GPUs that report bf16 support); then both dtypes are timed on the model as load() will run them (linear
-weights packed where that changes no bit, models/packing.py; a decode-sized forward over a short cached
+weights packed where that costs no exactness, models/packing.py; a decode-sized forward over a short cached
 context, median of several) and bfloat16 is chosen only if it is clearly faster. The verdict is cached
 per (model, device, packing) in <cache>/dtype-choices.json, so the timing runs once.
 `--dtype NAME` still overrides; a dtype this device cannot run well is refused with the choices.
@@ -22,7 +22,7 @@ import torch
 
 from lookahead.cachefile import read_json, update_json
 from lookahead.errors import ConfigError
-from lookahead.models.packing import pack_linears
+from lookahead.models.packing import PACKING_VERSION, pack_linears
 from lookahead.models.registry import cache_root
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -86,12 +86,12 @@ def parse(dtype: str | torch.dtype, device: str = "cpu") -> torch.dtype | None:
 
 def choose(model: Any, key: str, device: str = "cpu", pack: bool = True) -> torch.dtype:
     """The dtype `auto` resolves to for `model` (loaded in float32), measured once and cached under `key`.
-    `pack`: time each dtype as load() will run it, with its linear weights packed where that changes no
-    bit (models/packing.py; bfloat16 gains from it, float32 does not pack here)."""
+    `pack`: time each dtype as load() will run it, with its linear weights packed where that costs no
+    exactness (models/packing.py; both dtypes pack here)."""
     if "bfloat16" not in supported(device):
         return torch.float32
     cache_file = cache_root() / "dtype-choices.json"
-    entry = f"{key}|{device_signature()}" + ("|packed" if pack else "")
+    entry = f"{key}|{device_signature()}" + (f"|packed{PACKING_VERSION}" if pack else "")
     known = read_json(cache_file).get(entry)
     if isinstance(known, dict) and known.get("dtype") in DTYPES:
         return DTYPES[known["dtype"]]

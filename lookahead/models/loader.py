@@ -36,7 +36,8 @@ class LoadedModel:
     @property
     def timing_key(self) -> str:
         """What the device's measured timings (cost curves, batch costs) are kept under: the model, its
-        dtype, the device and whether its weights are packed (packing changes speed, never bits)."""
+        dtype, the device and whether its weights are packed (packing changes speed; in float32 also the
+        last bits, models/packing.py)."""
         return f"{self.name}|{self.dtype}|{dtypes.device_signature()}" + ("|packed" if self.packed else "")
 
     def encode(self, prompt: PromptLike, *, raw: bool = False) -> list[int]:
@@ -75,8 +76,9 @@ def load(name_or_path: str = "smollm2-135m-instruct", *, dtype: str | torch.dtyp
     dtype: "auto" (default: the fastest dtype this device runs well, measured once per model and
     device), a dtype name, or a torch dtype. probe: measure the model's width floor now
     (engine/numerics.py) rather than inside the first generate call. pack: run the linear layers on
-    weights packed once for the CPU matmul library wherever that gives bit-identical results
-    (models/packing.py: bfloat16 decode passes ~1.4x faster here; costs a copy of those weights)."""
+    weights packed once for the CPU matmul library wherever that costs no exactness (models/packing.py:
+    bfloat16 decode passes ~1.4x faster here with the same bits; float32 ~1.35x faster and width-invariant,
+    its last bits those of oneDNN rather than MKL; costs a copy of those weights)."""
     requested = parse_dtype(dtype) if dtype is not None else None
     loaded = _load(name_or_path, requested or torch.float32)
     tiny = name_or_path.startswith("tiny:")
@@ -92,7 +94,9 @@ def load(name_or_path: str = "smollm2-135m-instruct", *, dtype: str | torch.dtyp
         from lookahead.engine.numerics import PROBE_VERSION, width_probe
 
         cache = None if tiny else cache_root() / "width-probes.json"
-        width_probe(loaded.model, cache_file=cache, cache_key=f"{key}|{loaded.dtype}|{dtypes.device_signature()}|{PROBE_VERSION}")
+        packed = "|packed" if loaded.packed else ""  # packing can change which widths agree (float32)
+        width_probe(loaded.model, cache_file=cache,
+                    cache_key=f"{key}|{loaded.dtype}|{dtypes.device_signature()}{packed}|{PROBE_VERSION}")
     return loaded
 
 

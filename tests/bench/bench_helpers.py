@@ -58,5 +58,6 @@ def write_workload(path: Path, rows: list[dict]) -> Path:
 
 
 def bench_argv(model: Path, workload: Path, out: Path, *extra: str, strategies: str = STRATEGIES) -> list[str]:
+    # float32 named: "auto" would time the tiny random model's dtypes, and those timings mean nothing
     return ["bench", "--model", str(model), "--workload", str(workload), "--strategies", strategies,
-            "--max-new-tokens", "16", "--no-progress", "--out", str(out), *extra]
+            "--max-new-tokens", "16", "--dtype", "float32", "--no-progress", "--out", str(out), *extra]

@@ -15,10 +15,13 @@ Strategies per dtype:
   lookahead/chain          with --chain-only: lookahead whose exact steps verify each tree's first
                            chain only (aligned_trees=False; the default verifies whole trees at
                            aligned key offsets where the probe allows)
+  .../plain-weights        with --plain-weights: autoregressive, hf_generate and lookahead on a second
+                           copy of the model loaded with pack=False (PyTorch's own linear kernels;
+                           in float32 other last bits than the packed default, models/packing.py)
 
-Speedups divide the FASTEST autoregressive path's time per generated token (the better of
-autoregressive/unpadded and hf_generate for that prompt and dtype; whole call, prefill included) by
-the strategy's. Identity is against the padded autoregressive path of the same dtype. Prints a table
+Speedups divide the FASTEST autoregressive path's time per generated token (the best of
+autoregressive/unpadded, hf_generate and, with --plain-weights, their plain-weights runs, for that
+prompt and dtype; whole call, prefill included) by the strategy's. Identity is against the padded autoregressive path of the same dtype. Prints a table
 and ends with one JSON line.
 
 What requests learn (the calibrator's acceptance estimates, the recycled successors; engine/shared.py)
@@ -51,6 +54,7 @@ from lookahead.engine.numerics import width_probe
 from lookahead.models import dtypes
 
 AR, UNPADDED, HF = "autoregressive", "autoregressive/unpadded", "hf_generate"
+PLAIN = "/plain-weights"
 
 
 def hf_run(lm: lookahead.LoadedModel, ids: list[int], max_new: int) -> dict:
@@ -97,6 +101,8 @@ def main() -> int:
                     help="also run lookahead verifying a second chain over key views, where the probe allows")
     ap.add_argument("--chain-only", action="store_true",
                     help="also run lookahead verifying each tree's first chain only (no aligned trees)")
+    ap.add_argument("--plain-weights", action="store_true",
+                    help="also run autoregressive, hf_generate and lookahead on the model loaded with pack=False")
     ap.add_argument("--source-sets", default="", metavar="a+b;...",
                     help="extra lookahead source sets (candidates/registry.py), each run as 'lookahead a+b'")
     args = ap.parse_args()
@@ -129,6 +135,12 @@ def main() -> int:
         if args.chain_only and width_probe(lm.model).aligned_exact:
             runs[(dtype, "lookahead/chain")] = lambda ids, learned, lm=lm: ours(lm, ids, n, "lookahead",
                                                                               aligned_trees=False, learned=learned)
+        if args.plain_weights:
+            plain = lookahead.load(args.model, dtype=dtype, pack=False)
+            runs[(dtype, AR + PLAIN)] = lambda ids, learned, lm=plain: ours(lm, ids, n, "autoregressive", learned=learned)
+            runs[(dtype, HF + PLAIN)] = lambda ids, learned, lm=plain: hf_run(lm, ids, n)
+            runs[(dtype, "lookahead" + PLAIN)] = lambda ids, learned, lm=plain: ours(lm, ids, n, "lookahead",
+                                                                                   learned=learned)
         for label, cfg in variants.items():
             runs[(dtype, label)] = lambda ids, learned, lm=lm, c=cfg: ours(lm, ids, n, "lookahead", cfg=c,
                                                                           learned=learned)
@@ -161,7 +173,8 @@ def main() -> int:
     for p in args.prompts:
         table[p] = {}
         for dtype in models:
-            fastest = min(ms_per_token(results[p][(dtype, s)]) for s in (UNPADDED, HF) if (dtype, s) in runs)
+            fastest = min(ms_per_token(results[p][(dtype, s)]) for s in (UNPADDED, HF, AR + PLAIN, HF + PLAIN)
+                          if (dtype, s) in runs)
             base = results[p][(dtype, AR)][0]["token_ids"]
             for (d, name), rows in results[p].items():
                 if d != dtype:

@@ -50,13 +50,23 @@ def test_corrupt_gguf_is_reported(tmp_path: Path, capsys) -> None:
 def test_json_output_shape(capsys) -> None:
     assert main(["generate", "hello hello", *TINY, "--json", "--max-new-tokens", "12"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert set(out) == {"text", "token_ids", "finish_reason", "strategy", "dtype", "width_floor", "stats"}
+    assert set(out) == {"text", "token_ids", "finish_reason", "strategy", "dtype", "width_floor", "stats",
+                        "packed_linears"}
     assert out["dtype"] == "float32"  # tiny test models stay float32 under --dtype auto
     assert out["width_floor"] is None or (isinstance(out["width_floor"], int) and out["width_floor"] >= 1)
     for key in ("prompt_tokens", "new_tokens", "steps", "tokens_per_step", "guesses_verified",
                 "guesses_accepted", "prefill_s", "decode_s", "tokens_per_s"):
         assert key in out["stats"]
     assert out["stats"]["new_tokens"] == len(out["token_ids"]) == 12
+
+
+def test_no_pack_runs_the_plain_kernels(capsys) -> None:
+    import lookahead
+
+    packed = lookahead.load("tiny:llama", probe=False).packed  # what the default packs on this machine
+    for flags, expected in (([], packed), (["--no-pack"], 0)):
+        assert main(["generate", "hello hello", *TINY, "--json", "--max-new-tokens", "4", *flags]) == 0
+        assert json.loads(capsys.readouterr().out)["packed_linears"] == expected, flags
 
 
 def test_compare_json_reports_identity_and_speedup(capsys) -> None:

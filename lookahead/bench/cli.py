@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from lookahead.models.packing import NO_PACK_HELP
 from lookahead.bench.config import DEFAULT_PRICE_PER_HOUR, BenchConfig, parse_csv, parse_ints, parse_mix, parse_wng
 from lookahead.config import LookaheadConfig
 from lookahead.errors import LookaheadError
@@ -26,10 +27,10 @@ def _error(msg: str) -> int:
     return 2
 
 
-def load_model(name: str, dtype: str) -> Any:
+def load_model(name: str, dtype: str, pack: bool = True) -> Any:
     import lookahead
 
-    return lookahead.load(name, dtype=dtype)
+    return lookahead.load(name, dtype=dtype, pack=pack)
 
 
 def _set_threads(n: int | None) -> None:
@@ -53,7 +54,7 @@ def bench_config(args: argparse.Namespace) -> BenchConfig:
         limit_per_class=args.limit_per_class, repeats=args.repeats, price_per_hour=args.price_per_hour,
         mix=parse_mix(args.mix) if args.mix else None,
         classes=parse_csv(args.classes, "--classes") if args.classes else None,
-        dtype=args.dtype, threads=args.threads, profile_contexts=_contexts(args.profile_contexts),
+        dtype=args.dtype, pack=args.pack, threads=args.threads, profile_contexts=_contexts(args.profile_contexts),
         profile_file=Path(args.profile) if args.profile else None, warmup=not args.no_warmup,
         progress=not args.no_progress,
     )
@@ -100,7 +101,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
         chosen = select_requests(requests, limit_per_class=cfg.limit_per_class, classes=cfg.classes)
         _set_threads(cfg.threads)
         print(f"loading {cfg.model} ...", file=sys.stderr)
-        loaded = load_model(cfg.model, cfg.dtype)
+        loaded = load_model(cfg.model, cfg.dtype, cfg.pack)
         cfg = dataclasses.replace(cfg, dtype=str(loaded.dtype).replace("torch.", ""))  # what "auto" resolved to
         outcome = run_bench(cfg, loaded, chosen)
         if outcome.interrupted:
@@ -154,7 +155,7 @@ def run_profile_command(args: argparse.Namespace) -> int:
         if args.repeats < 1:
             return _error("--repeats must be >= 1")
         _set_threads(args.threads)
-        loaded = load_model(args.model, args.dtype)
+        loaded = load_model(args.model, args.dtype, args.pack)
         doc = run_profile(loaded, contexts=contexts, ks=ks, repeats=args.repeats,
                           log=lambda m: print(m, file=sys.stderr))
         doc["dtype"] = str(loaded.dtype).replace("torch.", "")
@@ -262,6 +263,8 @@ def register(subparsers: Any) -> None:
                    help="device price per hour for cost figures")
     b.add_argument("--mix", default=None, metavar="CLASS=SHARE,...", help="traffic mix (default: workload shares)")
     b.add_argument("--dtype", default="auto", help="weights dtype (default auto: the fastest this device runs well)")
+    b.add_argument("--no-pack", dest="pack", action="store_false",
+                   help=NO_PACK_HELP)
     b.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     b.add_argument("--profile-contexts", default="256,1024", help="serving-path profile contexts, or 'none'")
     b.add_argument("--profile", default=None, metavar="FILE_OR_DIR", help="use an existing profile.json instead")
@@ -276,6 +279,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--k", default=None, help="query token counts (default: 20 values from 1 to 128)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--dtype", default="auto", help="weights dtype (default auto: the fastest this device runs well)")
+    p.add_argument("--no-pack", dest="pack", action="store_false",
+                   help=NO_PACK_HELP)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--results", default=None, help="a bench directory: add its prefill/decode time shares")
     p.add_argument("--out", required=True, metavar="DIR")

@@ -75,6 +75,7 @@ class BenchConfig:
     mix: dict[str, float] | None = None
     classes: tuple[str, ...] | None = None
     dtype: str = "float32"
+    pack: bool = True  # linear weights packed once where that costs no exactness (models/packing.py)
     threads: int | None = None
     profile_contexts: tuple[int, ...] = (256, 1024)
     profile_file: Path | None = None
@@ -115,6 +116,7 @@ class BenchConfig:
         return {
             "model": self.model,
             "dtype": self.dtype,
+            "pack": self.pack,
             "max_new_tokens": self.max_new_tokens,
             "lookahead": {"window": lk.window, "ngram": lk.ngram, "guesses": lk.guesses},
             "threads": self.threads,

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from lookahead.models.packing import NO_PACK_HELP
 from lookahead.candidates.ngram_cache import NGramCache
 from lookahead.config import STRATEGIES, LookaheadConfig, PromptLookupConfig, SamplingConfig, SpeculativeConfig
 from lookahead.generation import GenerationResult, generate, stream_events
@@ -66,6 +67,8 @@ def register(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--no-adaptive", dest="adaptive", action="store_false",
                    help="run every draft as proposed (default: skip speculative work not expected to pay on this device)")
+    p.add_argument("--no-pack", dest="pack", action="store_false",
+                   help=NO_PACK_HELP)
     p.add_argument("--no-exact", dest="exact", action="store_false",
                    help="run unpadded (fastest plain path; identical to other strategies only up to float rounding)")
     p.add_argument("--certify", action="store_true",
@@ -111,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     cache = None
     if args.ngram_cache is not None:
         cache = NGramCache.load(args.ngram_cache) if args.ngram_cache.exists() else NGramCache()
-    loaded = load(args.model, dtype=args.dtype)
+    loaded = load(args.model, dtype=args.dtype, pack=args.pack)
     if args.learned is not None and args.learned.exists():
         load_learned(loaded, args.learned)
     common = dict(max_new_tokens=args.max_new_tokens, lookahead=la, sampling=sampling, stop=args.stop, raw=args.raw,
@@ -150,7 +153,7 @@ def _run_loaded(args: argparse.Namespace, loaded: Any, prompt: str, common: dict
         identical = ar.token_ids == lk.token_ids
         certs = [_certificate(args, loaded, prompt, r) for r in (ar, lk)]
         if args.json:
-            print(json.dumps({"dtype": lk.dtype, "width_floor": lk.width_floor,
+            print(json.dumps({"dtype": lk.dtype, "width_floor": lk.width_floor, "packed_linears": loaded.packed,
                               "autoregressive": _payload(ar, certs[0]), strategy: _payload(lk, certs[1]),
                               "speedup": speedup, "identical": identical}))
         else:
@@ -179,7 +182,7 @@ def _run_loaded(args: argparse.Namespace, loaded: Any, prompt: str, common: dict
     result = generate(loaded, prompt, strategy=args.strategy, **common)
     cert = _certificate(args, loaded, prompt, result)
     if args.json:
-        print(json.dumps(_payload(result, cert)))
+        print(json.dumps(_payload(result, cert) | {"packed_linears": loaded.packed}))
     else:
         print(result.text)
         if cert is not None:

@@ -23,7 +23,7 @@ log = logging.getLogger("lookahead.cluster")
 @dataclass(frozen=True)
 class ReplicaSpec:
     """What every engine replica loads: the model (name or path, as `lookahead serve --model`), its
-    dtype, the server settings, torch threads (None: leave torch's default), and `setup`: a function
+    dtype, the server settings, whether its linear weights are packed (`--no-pack`: False), torch threads (None: leave torch's default), and `setup`: a function
     run in the replica's process before the model loads (environment, logging; tests slow steps)."""
 
     model: str | None
@@ -32,6 +32,7 @@ class ReplicaSpec:
     threads: int | None = None
     setup: Callable[[], None] | None = None
     metrics_interval_s: float = 2.0
+    pack: bool = True
 
 
 class EngineReplica:
@@ -49,7 +50,7 @@ class EngineReplica:
             spec.setup()
         if spec.threads is not None:
             torch.set_num_threads(spec.threads)
-        loaded = load_model(spec.model, spec.dtype)
+        loaded = load_model(spec.model, spec.dtype, spec.pack)
         self.app = create_app(loaded, spec.config, drafts=load_policy_drafts(spec.config.policy, loaded))
         self.replica = serve.get_replica_context().replica_id.unique_id
         self._headers = [(REPLICA_HEADER.encode(), self.replica.encode())]

@@ -33,6 +33,8 @@ import torch
 from torch import nn
 
 CHECK_ROWS = (1, 2, 3, 4, 5, 8, 16, 17, 33, 64)  # row counts compared (ascending; the last is the widest)
+NO_PACK_HELP = ("run PyTorch's own linear kernels instead of weights packed once for oneDNN (default: packed where "
+                "that costs no exactness; float32 then gives other last bits than the plain kernel)")
 PACKING_VERSION = 2  # 2: float32 packs where that makes its rows width-invariant (timings cached before are re-taken)
 PACK_FOR_ROWS = 8  # the row count oneDNN tunes the packed layout for (decode steps: a few to a few dozen)
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from pathlib import Path
 
+from lookahead.models.packing import NO_PACK_HELP
 from lookahead.errors import LookaheadError
 from lookahead.policy import load_policy
 from lookahead.server.config import CLIENT_OVERRIDES, ServerConfig
@@ -48,6 +49,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="auto",
                    help="weights dtype: auto (default: the fastest this device runs well, measured once per model), "
                         "float32, bfloat16, float16, float64")
+    p.add_argument("--no-pack", dest="pack", action="store_false",
+                   help=NO_PACK_HELP)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     p.add_argument(
@@ -195,7 +198,7 @@ def serve_command(args: argparse.Namespace) -> int:
             import torch
 
             torch.set_num_threads(threads)
-            loaded = load_model(args.model, args.dtype)
+            loaded = load_model(args.model, args.dtype, args.pack)
             if args.max_batch is None:  # where batching stops paying on this device (scheduler/batch_costs.py)
                 from lookahead.scheduler.batch_costs import default_max_batch
 
@@ -259,7 +262,7 @@ def _serve_ray(args: argparse.Namespace, config: ServerConfig, cluster: Any) -> 
 
     logging.getLogger("lookahead.cluster").setLevel(args.log_level.upper())
     try:
-        serve_forever(ReplicaSpec(model=args.model, dtype=args.dtype, config=config), cluster,
+        serve_forever(ReplicaSpec(model=args.model, dtype=args.dtype, config=config, pack=args.pack), cluster,
                       host=config.host, port=config.port, log_level=args.log_level)
     except LookaheadError as exc:
         print(f"error: {exc}", file=sys.stderr)

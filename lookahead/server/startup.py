@@ -21,11 +21,12 @@ TINY_PREFIX = "tiny:"  # test-only model names, e.g. tiny:llama (a random in-pro
 LoadFn = Callable[[str, Any], Any]  # (name or path, torch dtype) -> LoadedModel
 
 
-def load_model(name: str | None, dtype: Any) -> Any:
-    """The model to serve. `tiny:ARCH` builds the tests' random model (no download, instant)."""
+def load_model(name: str | None, dtype: Any, pack: bool = True) -> Any:
+    """The model to serve. `tiny:ARCH` builds the tests' random model (no download, instant). `pack`:
+    linear weights packed once where that costs no exactness (models/packing.py)."""
     import lookahead
 
-    return lookahead.load(name or lookahead.DEFAULT_MODEL, dtype=dtype)
+    return lookahead.load(name or lookahead.DEFAULT_MODEL, dtype=dtype, pack=pack)
 
 
 def load_policy_drafts(policy: Policy, target: Any, load: LoadFn = load_model) -> dict[str, Any]:

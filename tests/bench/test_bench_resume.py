@@ -151,3 +151,14 @@ def test_too_long_prompt_is_skipped_and_reported(tiny_model_dir: Path, tmp_path:
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert [s["request_id"] for s in summary["skipped"]] == ["long"] and summary["requests"] == 3
     assert "Skipped requests" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_no_pack_reaches_the_config_and_a_resumed_run_must_match_it(tmp_path: Path) -> None:
+    # timings depend on packing, so a run resumed with the other setting would mix incomparable rows
+    from lookahead.bench.cli import bench_config
+    from lookahead.cli.main import build_parser
+
+    argv = ["bench", "--model", "tiny:llama", "--workload", str(tmp_path / "w.jsonl"), "--out", str(tmp_path / "o")]
+    packed, plain = (bench_config(build_parser().parse_args(argv + extra)) for extra in ([], ["--no-pack"]))
+    assert packed.pack is True and plain.pack is False
+    assert packed.fingerprint()["pack"] is True and plain.fingerprint() != packed.fingerprint()

@@ -43,6 +43,7 @@ def test_register_adds_serve_with_defaults(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv("LOOKAHEAD_API_KEY", "from-env")
     assert parse().api_key == "from-env"
     assert parse("--api-key", "flag").api_key == "flag"
+    assert parse().pack is True and parse("--no-pack").pack is False
 
 
 @pytest.mark.parametrize(

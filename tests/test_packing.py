@@ -154,3 +154,14 @@ def test_a_packed_model_deep_copies_and_unpacks() -> None:
     assert (head is embed) == (lm.model.get_output_embeddings().weight is lm.model.get_input_embeddings().weight)
     assert unpack_linears(twin) == n and packed_count(twin) == 0
     assert torch.equal(_logits(twin, ids), _logits(lm.model, ids))  # bf16: packing changed no bit
+
+
+def test_a_model_converted_after_packing_deep_copies_as_plain_layers() -> None:
+    # the packed copies are stale after .to(float64): a copy gets plain layers, not a re-pack oneDNN refuses
+    lm = tiny_model("llama", dtype=torch.bfloat16, seed=1)
+    assert pack_linears(lm.model) > 0
+    lm.model.to(torch.float64)
+    twin = copy.deepcopy(lm.model)
+    assert packed_count(twin) == 0
+    ids = torch.tensor(lm.encode("stale copies", raw=True))
+    assert torch.equal(_logits(twin, ids), _logits(lm.model, ids))

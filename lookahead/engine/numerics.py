@@ -2,11 +2,12 @@
 width of the forward pass?
 
 At reduced precision (bfloat16 on CPUs with avx512_bf16, measured on SmolLM2 and Gemma 3) a row's logits
-are bit-identical for every width >= 4 and differ below it (>= 2 with packed weights); in float32 on the
-same CPU every width differs in the last bits with PyTorch's plain (MKL) linear, and every width >= 2
-agrees with packed weights (models/packing.py) and the exact attention's fixed-size key chunks. The engine pads every pass up to the floor (engine/model_runner.py), so an
-autoregressive step and a lookahead step compute the same rows the same way, and lookahead's tokens are
-exactly autoregressive decoding's, not just up to float rounding.
+are bit-identical for every width >= 4 and differ below it (>= 2 with packed weights). In float32 on the
+same CPU every width used to differ in the last bits; with packed weights (models/packing.py) and the
+exact attention's fixed-size key chunks (engine/attention.py) every width >= 2 agrees, and with MKL's
+plain linears every width >= 4. The engine pads every pass up to the floor (engine/model_runner.py), so
+an autoregressive step and a lookahead step compute the same rows the same way, and lookahead's tokens
+are exactly autoregressive decoding's, not just up to float rounding.
 
 The probe prefills a random context, then runs a contiguous chain of w tokens for each probed width w
 (every w up to 16, then a spread up to `max_width`), reading every row's logits, and compares rows 0 and

@@ -74,14 +74,18 @@ class PackedLinear(nn.Module):
         out = _packed_matmul(x.reshape(-1, self.in_features), self.packed, self.bias)  # [N, out]
         return out.view(*lead, self.out_features)
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> PackedLinear:
-        """A copy packed from the copied weight (the blocked layout itself has no storage to copy)."""
+    def __deepcopy__(self, memo: dict[int, Any]) -> nn.Module:
+        """A copy packed from the copied weight (the blocked layout itself has no storage to copy); a
+        plain nn.Linear where the packed copy was already stale (the model converted after packing)."""
         shell = nn.Linear(self.in_features, self.out_features, bias=self.bias is not None, device="meta")
         shell.weight = copy.deepcopy(self.weight, memo)  # memo: a tied weight stays tied in the copy
         shell.bias = copy.deepcopy(self.bias, memo)
-        with torch.no_grad():
-            out = PackedLinear(shell, torch.ops.mkldnn._reorder_linear_weight(shell.weight.detach(), PACK_FOR_ROWS))
-        out.train(self.training)
+        shell.train(self.training)
+        out: nn.Module = shell
+        if (shell.weight.dtype, shell.weight.device) == (self._dtype, self._device):
+            with torch.no_grad():
+                out = PackedLinear(shell, torch.ops.mkldnn._reorder_linear_weight(shell.weight.detach(), PACK_FOR_ROWS))
+            out.train(self.training)
         memo[id(self)] = out
         return out
 

@@ -139,7 +139,8 @@ def test_auto_dtype_times_each_dtype_as_load_runs_it(monkeypatch: pytest.MonkeyP
     assert packed_count(lm.model) == 0 and next(lm.model.parameters()).dtype == torch.float32
     timed.clear()
     assert dtypes.choose(lm.model, "tiny-test", pack=False) == torch.bfloat16 and timed[1] == (torch.bfloat16, 0)
-    assert dtypes.choose(lm.model, "tiny-test") == torch.bfloat16 and len(timed) == 2  # cached per packing
+    # cached per packing: the second call times nothing
+    assert dtypes.choose(lm.model, "tiny-test") == torch.bfloat16 and len(timed) == 2 * dtypes.TIMING_ROUNDS
 
 
 def test_a_packed_model_deep_copies_and_unpacks() -> None:
@@ -165,3 +166,17 @@ def test_a_model_converted_after_packing_deep_copies_as_plain_layers() -> None:
     assert packed_count(twin) == 0
     ids = torch.tensor(lm.encode("stale copies", raw=True))
     assert torch.equal(_logits(twin, ids), _logits(lm.model, ids))
+
+
+def test_auto_dtype_is_not_flipped_by_one_slow_timing(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # noqa: ANN001
+    # the machine busy during bfloat16's first timing (2.0 against float32's 1.0): the alternate round
+    # times it at 0.5, and the verdict is bfloat16
+    from lookahead.models import dtypes
+
+    monkeypatch.setenv("LOOKAHEAD_CACHE", str(tmp_path))
+    monkeypatch.setattr(dtypes, "supported", lambda device="cpu": ("float32", "bfloat16"))
+    monkeypatch.setattr(dtypes, "TIMING_ROUNDS", 2)
+    bf16_times = iter([2.0, 0.5])
+    monkeypatch.setattr(dtypes, "_step_time", lambda model: next(bf16_times)
+                        if next(model.parameters()).dtype == torch.bfloat16 else 1.0)
+    assert dtypes.choose(tiny_model("llama", dtype=torch.float32, seed=1).model, "tiny-slow") == torch.bfloat16

@@ -180,3 +180,24 @@ def test_auto_dtype_is_not_flipped_by_one_slow_timing(monkeypatch: pytest.Monkey
     monkeypatch.setattr(dtypes, "_step_time", lambda model: next(bf16_times)
                         if next(model.parameters()).dtype == torch.bfloat16 else 1.0)
     assert dtypes.choose(tiny_model("llama", dtype=torch.float32, seed=1).model, "tiny-slow") == torch.bfloat16
+
+
+def test_auto_dtype_loads_the_model_the_named_dtype_loads(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # noqa: ANN001
+    # "auto" resolving to bfloat16 must give the model dtype="bfloat16" gives: casting the float32 model
+    # instead rounded the rotary inv_freq buffer to bfloat16 (transformers keeps it float32), which moved
+    # every position's angle and changed SmolLM2's greedy text
+    from lookahead.models import dtypes
+
+    lm = tiny_model("llama", dtype=torch.float32, seed=1)
+    folder = tmp_path / "model"
+    lm.model.save_pretrained(folder)
+    lm.tokenizer.save_pretrained(folder)
+    monkeypatch.setattr(dtypes, "choose", lambda model, key, device="cpu", pack=True: torch.bfloat16)
+    auto = lookahead.load(str(folder), probe=False, pack=False)
+    named = lookahead.load(str(folder), dtype="bfloat16", probe=False, pack=False)
+    assert auto.dtype == named.dtype == torch.bfloat16
+    buffers = dict(named.model.named_buffers())
+    assert any(b.dtype == torch.float32 for b in buffers.values())  # the case that matters is here
+    for name, tensor in [*auto.model.named_parameters(), *auto.model.named_buffers()]:
+        theirs = buffers.get(name, dict(named.model.named_parameters()).get(name))
+        assert theirs is not None and tensor.dtype == theirs.dtype and torch.equal(tensor, theirs), name

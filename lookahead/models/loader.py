@@ -86,8 +86,12 @@ def load(name_or_path: str = "smollm2-135m-instruct", *, dtype: str | torch.dtyp
     if requested is None and not tiny:  # tiny test models stay float32: their timings mean nothing
         chosen = dtypes.choose(loaded.model, key, pack=pack)
         if chosen != loaded.dtype:
-            loaded.model.to(chosen)
-            loaded = replace(loaded, dtype=chosen)
+            # Loaded again in that dtype, not cast: `model.to(bfloat16)` also rounds the buffers that
+            # transformers keeps in float32 (the rotary inv_freq, whose rounding moves every position's
+            # angle by up to ~0.2%, so greedy text differs), and "auto" must give the very model that
+            # dtype="bfloat16" gives.
+            del loaded
+            loaded = _load(name_or_path, chosen)
     if pack:
         loaded = replace(loaded, packed=pack_linears(loaded.model))
     if probe:

@@ -32,7 +32,7 @@ from lookahead.engine.kvcache import KVCache
 from lookahead.engine.model_runner import ModelRunner, Rows
 from lookahead.engine.query import align_tree, build_query
 
-PROBE_VERSION = 8  # bump when the engine's numerics change (cached probes of older versions are ignored)
+PROBE_VERSION = 9  # bump when the engine's numerics change (cached probes of older versions are ignored)
 USABLE_FLOOR = 16  # a floor above this would make every step as wide as 16 rows: treated as none
 _CONTEXTS = (40, 300, 700, 1000)  # cached context lengths the rows are probed over (1000: passes that
 # straddle 1024 keys, where one matmul changes how it reduces; engine/attention.py KEY_CHUNK)

@@ -10,7 +10,9 @@ and flatter in the row count, so the rows a step verifies cost less beside the o
 Packing must not cost exactness: lookahead's guarantee is bit-identity with the model's own decoding,
 and that rests on a row's result not depending on how many rows share the pass (engine/numerics.py).
 So each distinct layer shape is packed only where, for a spread of row counts, either
-- the packed kernel gives exactly the plain kernel's bits (bfloat16 here: yes at every count tried), or
+- the packed kernel gives exactly the plain kernel's bits from 2 rows on (bfloat16 here: yes at every
+  count tried; a single row is computed as the first of two, `_run_packed`, so it gets those bits
+  too, where oneDNN's one-row path gave one layer other bits and the model a width floor of 2), or
 - the plain kernel's rows change with the row count and the packed kernel's do not, from 2 rows on
   (float32 here: MKL's plain linear is width-dependent, oneDNN's packed one is not). Packing then
   changes the model's last bits against the plain kernel, and makes every pass of >= 2 rows compute
@@ -35,7 +37,9 @@ from torch import nn
 CHECK_ROWS = (1, 2, 3, 4, 5, 8, 16, 17, 33, 64)  # row counts compared (ascending; the last is the widest)
 NO_PACK_HELP = ("run PyTorch's own linear kernels instead of weights packed once for oneDNN (default: packed where "
                 "that costs no exactness; float32 then gives other last bits than the plain kernel)")
-PACKING_VERSION = 2  # 2: float32 packs where that makes its rows width-invariant (timings cached before are re-taken)
+# 2: float32 packs where that makes its rows width-invariant; 3: one row runs as the first of two
+# (timings cached before are re-taken)
+PACKING_VERSION = 3
 PACK_FOR_ROWS = 8  # the row count oneDNN tunes the packed layout for (decode steps: a few to a few dozen)
 
 
@@ -48,6 +52,18 @@ def _ops_available() -> bool:
 def _packed_matmul(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """x [N, in] @ weight.T + bias through the packed weight: [N, out]."""
     return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+
+
+def _run_packed(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """The packed kernel as PackedLinear runs it: x [N, in] -> [N, out], a single row computed as the
+    first of two. oneDNN takes another path for one row: SmolLM2's down_proj (1536 -> 576, bfloat16,
+    Zen 4) gave other bits for 17 of 200 random rows alone than as the first of 2, 3 or 8 rows, while
+    every count from 2 on agreed. That one layer gave the bfloat16 model a width floor of 2, so every
+    exact pass carried a dummy row; computed as the first of two (which costs the same: 50.6 against
+    50.8 us), one row gives the bits of any wider pass and the model's floor is 1."""
+    if x.shape[0] == 1:
+        return _packed_matmul(x.expand(2, -1).contiguous(), packed, bias)[:1]
+    return _packed_matmul(x, packed, bias)
 
 
 class PackedLinear(nn.Module):
@@ -71,7 +87,7 @@ class PackedLinear(nn.Module):
                 torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)):
             return nn.functional.linear(x, self.weight, self.bias)
         lead = x.shape[:-1]
-        out = _packed_matmul(x.reshape(-1, self.in_features), self.packed, self.bias)  # [N, out]
+        out = _run_packed(x.reshape(-1, self.in_features), self.packed, self.bias)  # [N, out]
         return out.view(*lead, self.out_features)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> nn.Module:
@@ -110,14 +126,15 @@ def _width_invariant(outs: list[torch.Tensor]) -> bool:
 
 
 def _packing_is_exact(linear: nn.Linear, packed: torch.Tensor) -> bool:
-    """May this layer run packed without costing exactness? Where the packed kernel gives the plain
-    kernel's bits at every row count of CHECK_ROWS, or where the plain kernel's rows depend on the
-    row count and the packed kernel's do not (see the module docstring)."""
+    """May this layer run packed without costing exactness? Where the packed kernel as it runs
+    (`_run_packed`) gives the plain kernel's bits at every row count of CHECK_ROWS from 2 on (one row
+    then gives those bits too, where the plain kernel's single row may not), or where the plain
+    kernel's rows depend on the row count and the packed kernel's do not (see the module docstring)."""
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(max(CHECK_ROWS), linear.in_features, generator=gen).to(linear.weight.dtype)
     plain = _rows_by_count(lambda rows: _plain_matmul(rows, linear.weight, linear.bias), x)
-    fast = _rows_by_count(lambda rows: _packed_matmul(rows, packed, linear.bias), x)
-    if all(torch.equal(a, b) for a, b in zip(plain, fast)):
+    fast = _rows_by_count(lambda rows: _run_packed(rows, packed, linear.bias), x)
+    if all(torch.equal(a, b) for n, a, b in zip(CHECK_ROWS, plain, fast) if n >= 2):
         return True
     return not _width_invariant(plain) and _width_invariant(fast)
 

@@ -211,7 +211,8 @@ def _print_compare(model: str, described: str, ar: GenerationResult, lk: Generat
                    speedup: float, identical: bool) -> None:
     print(lk.text)
     print()
-    floor = f"steps padded to {lk.width_floor} rows" if lk.width_floor else "unpadded"
+    floor = ("unpadded" if not lk.width_floor else "exact, unpadded (width floor 1)" if lk.width_floor == 1
+             else f"steps padded to {lk.width_floor} rows")
     print(f"model {model} ({lk.dtype}, {floor}), {described}")
     print(f"{'strategy':<16}{'tokens':>8}{'steps':>8}{'tok/step':>10}{'decode s':>10}{'tok/s':>9}{'total s':>9}")
     for r in (ar, lk):

@@ -21,6 +21,16 @@ Messages = Sequence[dict[str, str]]
 PromptLike = str | Messages | Sequence[int]
 
 
+def plain_transcript(messages: Messages) -> str:
+    """Chat messages as plain text, for a model whose tokenizer has no chat template (a base model, such as
+    the embedded gemma3-270m): each message as "Role: content" (roles capitalised), messages separated by a
+    blank line, ending with "Assistant:" for the model to continue. transformers refuses to guess a
+    template; a base model has none to follow, so this is the transcript it is most likely to continue.
+    Nothing stops the model at the next "User:": pass a stop string for that."""
+    turns = [f"{m['role'].strip().capitalize()}: {m['content']}" for m in messages]
+    return "\n\n".join([*turns, "Assistant:"])
+
+
 @dataclass(frozen=True)
 class LoadedModel:
     """A causal LM, its tokenizer, and the facts the engine needs about them."""
@@ -41,7 +51,8 @@ class LoadedModel:
         return f"{self.name}|{self.dtype}|{dtypes.device_signature()}" + ("|packed" if self.packed else "")
 
     def encode(self, prompt: PromptLike, *, raw: bool = False) -> list[int]:
-        """Token ids for a prompt: a str (a user chat message unless raw), chat messages, or ids."""
+        """Token ids for a prompt: a str (a user chat message unless raw), chat messages, or ids. Where the
+        tokenizer has no chat template, a str is encoded as it is and messages as `plain_transcript`."""
         if isinstance(prompt, str):
             if not prompt.strip():
                 raise PromptError("the prompt is empty; give some text (or '-' to read it from stdin)")
@@ -55,6 +66,8 @@ class LoadedModel:
         for m in prompt:
             if not isinstance(m, dict) or "role" not in m or "content" not in m:
                 raise PromptError('chat messages must be dicts with "role" and "content"')
+        if not getattr(self.tokenizer, "chat_template", None):
+            return list(self.tokenizer(plain_transcript(prompt), add_special_tokens=True)["input_ids"])
         ids = self.tokenizer.apply_chat_template(list(prompt), add_generation_prompt=True, tokenize=True)
         if isinstance(ids, dict) or hasattr(ids, "keys"):
             ids = ids["input_ids"]

@@ -64,6 +64,13 @@ def _stack(masks: list[Any]) -> Any:
     return torch.cat(masks)
 
 
+def _to(mask: Any, dtype: torch.dtype) -> Any:
+    """A mask [B, 1, Q, K] (or a dict of them) in `dtype`."""
+    if isinstance(mask, dict):
+        return {kind: m.to(dtype) for kind, m in mask.items()}
+    return mask.to(dtype)
+
+
 @dataclass
 class ForwardTimer:
     seconds: float = 0.0
@@ -147,11 +154,14 @@ class ModelRunner:
         positions = torch.stack([pos for _, pos, *_ in padded])  # [B, Q]
         if placed:
             cache.place([o for *_, o in padded])
+        exact = self.exact_attention and not fused
+        mask = _stack(masks)
+        if exact:  # the exact attention adds the mask in float32 (float64 stays): convert it once, not per layer
+            mask = _to(mask, torch.promote_types(self.masks.dtype, torch.float32))
         start = time.perf_counter()
         try:
-            exact = self.exact_attention and not fused
             with torch.no_grad(), exact_passes(views) if exact else contextlib.nullcontext():
-                out = self.model(input_ids=tokens, position_ids=positions, attention_mask=_stack(masks), **kwargs)
+                out = self.model(input_ids=tokens, position_ids=positions, attention_mask=mask, **kwargs)
         finally:
             cache.place(None)
         self.timer.seconds += time.perf_counter() - start

@@ -232,6 +232,49 @@ def test_float32_exact_attention_does_not_depend_on_the_key_count() -> None:
         assert all(torch.equal(r, rows[0]) for r in rows[1:]), visible
 
 
+def _reference_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor,
+                         scale: float) -> torch.Tensor:
+    """The exact attention's arithmetic spelled out op by op (as written before one op replaced three):
+    scores in the model dtype, then in float32 (float64 stays), times the scale, plus the mask; softmax
+    in float32; probabilities back in the model dtype; one matmul per 1024 keys, summed in float32.
+    Returns [B, Q, H, D]."""
+    b, h, q, d = query.shape
+    kv = key.shape[1]
+    acc = torch.promote_types(query.dtype, torch.float32)
+    scores = torch.matmul(query.reshape(b, kv, h // kv * q, d), key.contiguous().transpose(-1, -2)).to(acc) * scale
+    scores = scores.view(b, kv, h // kv, q, -1) + mask.to(acc)[:, :, None]
+    probs = torch.softmax(scores, dim=-1).to(value.dtype).view(b, kv, h // kv * q, -1)
+    from lookahead.engine.attention import _weighted_sum
+
+    return _weighted_sum(probs, value).view(b, h, q, d).transpose(1, 2)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64])
+@pytest.mark.parametrize("head", [64, 96, 256])  # scales 1/8 and 1/16 (powers of two: the fused op), 96**-0.5
+def test_exact_attention_is_its_op_by_op_reference_bit_for_bit(dtype: torch.dtype, head: int) -> None:
+    # The engine's exactness rests on these bits (the width probe measured them): computing the scaled,
+    # masked scores in one op where the scale is a power of two, and taking the mask already in float32
+    # (the model runner converts it once a pass), must not change a single one. Masks arrive in the
+    # model dtype from other callers, so both are checked.
+    from types import SimpleNamespace
+
+    from lookahead.engine.attention import exact_attention, exact_passes
+
+    g = torch.Generator().manual_seed(head)
+    module = SimpleNamespace(num_key_value_groups=3, is_causal=False, training=False)
+    for keys, rows in ((64, 1), (320, 5), (1088, 3)):
+        query = torch.randn(1, 6, rows, head, generator=g).mul(3).to(dtype)
+        key, value = (torch.randn(1, 2, keys, head, generator=g).mul(3).to(dtype) for _ in range(2))
+        mask = torch.zeros(1, 1, rows, keys, dtype=dtype)
+        mask[..., keys - 40 :] = torch.finfo(dtype).min
+        mask[..., 0, keys - 60 :] = torch.finfo(dtype).min  # rows see different keys
+        want = _reference_attention(query, key, value, mask, head**-0.5)
+        for m in (mask, mask.to(torch.promote_types(dtype, torch.float32))):
+            with exact_passes():
+                got, _ = exact_attention(module, query, key, value, m, scaling=head**-0.5)
+            assert torch.equal(got, want), (keys, rows, m.dtype)
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 def test_exact_attention_equals_sdpa_in_float64(arch: str) -> None:
     lm = model64(arch)

@@ -61,7 +61,8 @@ def test_a_packed_kernel_whose_rows_depend_on_the_count_is_not_used(monkeypatch:
     lm = tiny_model("llama", dtype=torch.float32, seed=1)
     monkeypatch.setattr(packing, "_plain_matmul", _width_dependent(packing._plain_matmul))
     real = packing._packed_matmul
-    monkeypatch.setattr(packing, "_packed_matmul", lambda x, w, b: real(x, w, b) * 1.01 + 2e-3 * x.shape[0])
+    rows = lambda x: x.numel() // x.shape[-1]  # noqa: E731 (the kernel takes [..., in])
+    monkeypatch.setattr(packing, "_packed_matmul", lambda x, w, b: real(x, w, b) * 1.01 + 2e-3 * rows(x))
     assert pack_linears(lm.model) == 0
 
 
@@ -71,7 +72,8 @@ def test_one_row_is_computed_as_the_first_of_two(monkeypatch: pytest.MonkeyPatch
     # row is the bits of the same row in any wider call, so the model needs no dummy row (floor 1)
     lm = tiny_model("llama", dtype=torch.bfloat16, seed=1)
     real = packing._packed_matmul
-    monkeypatch.setattr(packing, "_packed_matmul", lambda x, w, b: real(x, w, b) * (1.01 if x.shape[0] == 1 else 1.0))
+    one_row = lambda x: x.numel() == x.shape[-1]  # noqa: E731 (the kernel takes [..., in])
+    monkeypatch.setattr(packing, "_packed_matmul", lambda x, w, b: real(x, w, b) * (1.01 if one_row(x) else 1.0))
     linears = sum(type(m) is torch.nn.Linear for m in lm.model.modules())
     assert pack_linears(lm.model) == linears > 0
     layer = next(m for m in lm.model.modules() if isinstance(m, PackedLinear))
@@ -81,6 +83,8 @@ def test_one_row_is_computed_as_the_first_of_two(monkeypatch: pytest.MonkeyPatch
         for i in range(5):
             assert torch.equal(layer(x[i : i + 1]), wide[i : i + 1])
             assert torch.equal(layer(x[i]), wide[i])  # a 1-D input is one row too
+            assert torch.equal(layer(x[None, i : i + 1]), wide[None, i : i + 1])  # so is [1, 1, in]
+        assert torch.equal(layer(x[None]), wide[None])  # [1, 5, in], as the model calls it
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -50,9 +50,9 @@ def _ops_available() -> bool:
 
 
 def _packed_matmul(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """x [..., in] @ weight.T + bias through the packed weight: [..., out] (oneDNN flattens the leading
-    dimensions itself: the same bits as on x.reshape(-1, in), without the reshape and view around it,
-    which cost ~3 us a call, ~0.7 ms a SmolLM2 step of 211 linears)."""
+    """x [..., in] @ weight.T + bias through the packed weight: [..., out]. oneDNN flattens the leading
+    dimensions itself, giving the bits of x.reshape(-1, in) without a reshape and a view around each of a
+    step's 211 linears (SmolLM2; forward passes of 4-8 rows ~0.5% faster, paired)."""
     return torch.ops.mkldnn._linear_pointwise.default(x, packed, bias, "none", [], "")
 
 

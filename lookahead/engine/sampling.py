@@ -26,14 +26,50 @@ def process_logits(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
         kth = torch.topk(x, cfg.top_k, dim=-1).values[..., -1:]  # [R, 1]
         x = x.masked_fill(x < kth, float("-inf"))
     if cfg.top_p < 1.0:
-        sorted_x, order = torch.sort(x, dim=-1, descending=True)  # [R, V]
-        probs = torch.softmax(sorted_x, dim=-1)
-        # Drop a token when the mass before it already reaches top_p; the first token always stays.
-        before = torch.cumsum(probs, dim=-1) - probs
-        drop_sorted = before >= cfg.top_p
-        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-        x = x.masked_fill(drop, float("-inf"))
+        x = x.masked_fill(~nucleus(x, cfg.top_p), float("-inf"))
     return x
+
+
+# Probability floors for finding a row's top-p cut: the tokens at or above a floor are the first ones in
+# descending order, so where their mass reaches top_p the cut is among them and only they need sorting.
+# The first floor is tried for every row at once, the rest row by row (0: the whole row).
+_FLOORS = (1e-3, 1e-4, 1e-5, 0.0)
+
+
+def nucleus(x: torch.Tensor, top_p: float) -> torch.Tensor:
+    """[R, V] -> [R, V] bool: the tokens top-p keeps. Per row, in descending order of x, a token is kept
+    while the probability mass before it is below top_p (so the first always is); a token tied with the
+    last one kept is kept too, so the set is {x >= cut} whatever order a sort gives equal values.
+
+    Only the best tokens are sorted, as many as lie above a probability floor, the floor lowered until
+    the cut is among them: sorting whole rows (49,152 tokens) took 12 ms for the 8 rows of a lookahead
+    step against 2.8 ms for an autoregressive step's one (SmolLM2 logits, Zen 4, 2 threads), a tax of
+    20% on lookahead's steps. The cut is the same for any number of best tokens that contains it (the
+    same values in the same order, summed in that order), so a row's set does not depend on the rows
+    beside it."""
+    probs = torch.softmax(x, dim=-1)  # [R, V]
+    vocab = x.shape[-1]
+    k = max(1, int((probs >= _FLOORS[0]).sum(dim=-1).max()))
+    top, order = torch.topk(x, k, dim=-1)  # [R, k], descending
+    p = probs.gather(-1, order)
+    kept = (torch.cumsum(p, dim=-1) - p) < top_p  # [R, k]: mass before each rank below p (a prefix)
+    cut = top.gather(-1, kept.sum(dim=-1, keepdim=True) - 1)  # [R, 1]: the last kept token's value
+    if k < vocab:
+        for r in torch.nonzero(kept[:, -1]).flatten().tolist():  # rows whose cut lies past their k best
+            cut[r] = _cut(x[r], probs[r], top_p)
+    return x >= cut
+
+
+def _cut(row: torch.Tensor, probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """One row's top-p cut value, sorting the tokens above the lower floors in turn."""
+    for floor in _FLOORS[1:]:
+        at = torch.nonzero(probs >= floor).flatten() if floor > 0 else None  # [n] candidate tokens
+        top, order = torch.sort(row if at is None else row[at], descending=True)  # [n]
+        p = (probs if at is None else probs[at])[order]
+        kept = (torch.cumsum(p, dim=0) - p) < top_p  # [n]
+        if at is None or not bool(kept[-1]):  # the cut is among them
+            break
+    return top[int(kept.sum()) - 1]
 
 
 class TokenChooser:

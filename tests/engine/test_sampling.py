@@ -11,7 +11,7 @@ from scipy import stats
 
 import lookahead
 from lookahead import LookaheadConfig, SamplingConfig
-from lookahead.engine.sampling import TokenChooser, process_logits
+from lookahead.engine.sampling import TokenChooser, nucleus, process_logits
 
 from .helpers import model64
 
@@ -75,6 +75,50 @@ def test_top_p_keeps_the_smallest_set_reaching_p() -> None:
     assert kept == [True, True, False, False]  # 0.5 < 0.8, 0.5 + 0.3 reaches 0.8: stop there
     kept = torch.isfinite(process_logits(logits, SamplingConfig(temperature=1.0, top_p=0.81)))[0].tolist()
     assert kept == [True, True, True, False]
+
+
+def test_top_p_keeps_every_token_tied_with_the_last_one_kept() -> None:
+    # Probabilities 0.4, 0.2, 0.2, 0.2 and top_p 0.5: 0.4 (mass before 0) and one 0.2 (mass before 0.4)
+    # are kept, and the next 0.2 (mass before 0.6) would not be; but the three 0.2s are the same value,
+    # and which of them a sort puts first is arbitrary, so all three stay: the set is {x >= cut}.
+    logits = torch.log(torch.tensor([[0.2, 0.4, 0.2, 0.2]]))
+    kept = torch.isfinite(process_logits(logits, SamplingConfig(temperature=1.0, top_p=0.5)))[0].tolist()
+    assert kept == [True, True, True, True]
+    # top_p 0.4: only the 0.4 (the 0.2s' mass before is 0.4, not below 0.4)
+    kept = torch.isfinite(process_logits(logits, SamplingConfig(temperature=1.0, top_p=0.4)))[0].tolist()
+    assert kept == [False, True, False, False]
+
+
+def _nucleus_by_full_sort(x: torch.Tensor, top_p: float) -> torch.Tensor:
+    """The slow, obvious rule: sort the whole row, sum the probabilities in that order, cut."""
+    out = []
+    for row in x:
+        probs = torch.softmax(row, dim=-1)
+        order = torch.argsort(row, descending=True, stable=True)
+        p = probs[order]
+        kept = (torch.cumsum(p, dim=0) - p) < top_p
+        out.append(row >= row[order][int(kept.sum()) - 1])
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize("top_p", [0.3, 0.9, 0.95, 0.999])
+def test_top_p_over_the_best_tokens_equals_the_full_sort_and_ignores_its_companions(top_p: float) -> None:
+    # Rows of every shape the fast path meets: peaked (the cut among the few tokens above the first
+    # probability floor), flat (the cut far down: the row-by-row floors, down to the whole row), rounded
+    # to bfloat16 (many ties), and masked by top-k (-inf). Each row's set must equal the full sort's,
+    # and a row decided in a batch must get the set it gets alone.
+    gen = torch.Generator().manual_seed(3)
+    vocab = 5000
+    rows = [torch.randn(vocab, generator=gen) * scale for scale in (12.0, 6.0, 3.0, 1.0, 0.1)]
+    rows.append((torch.randn(vocab, generator=gen) * 4).bfloat16().float())
+    masked = torch.randn(vocab, generator=gen) * 2
+    masked[torch.topk(masked, vocab - 40).indices[40:]] = float("-inf")
+    rows.append(masked)
+    x = torch.stack(rows)  # [7, V]
+    together = nucleus(x, top_p)
+    assert torch.equal(together, _nucleus_by_full_sort(x, top_p))
+    assert torch.equal(together, torch.cat([nucleus(x[i : i + 1], top_p) for i in range(x.shape[0])]))
+    assert together.sum(dim=-1).min() >= 1  # the likeliest token always stays
 
 
 def test_engine_first_token_follows_model_distribution() -> None:

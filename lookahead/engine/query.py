@@ -28,6 +28,7 @@ matters there are two ways to make its row come out as the same tokens do decode
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -157,7 +158,7 @@ def branch_views(tree: CandidateTree) -> tuple[tuple[list[int], list[int]], ...]
     return tuple(out)
 
 
-def verify(tree: CandidateTree, root_choice: int, node_choice: list[int]) -> tuple[list[int], list[str], list[int]]:
+def verify(tree: CandidateTree, root_choice: int, node_choice: Sequence[int]) -> tuple[list[int], list[str], list[int]]:
     """Walk the trie from the root, following the child whose token equals the model's choice.
 
     root_choice: the model's token after the root; node_choice[i]: its token after tree node i.

@@ -113,12 +113,13 @@ class StepRunner:
 
         outcomes = []
         for slot, (it, p, tree, query, out) in enumerate(zip(items, lengths, trees, queries, logits)):
-            # 3. Choose: the model's own token at every kept row (greedy or seeded Gumbel-max).
-            chosen = it.chooser.choose(out, (query.positions[query.keep] + 1).tolist())
+            # 3. Choose: the model's own token at the kept rows (greedy or seeded Gumbel-max): at every row,
+            #    or, sampling, at the rows the walk below visits (their order is the walk's).
             t = query.n_tree
+            chosen = _Choices(it.chooser, out, (query.positions[query.keep] + 1).tolist(), eager=it.chooser.cfg.greedy)
 
             # 4. Verify: the longest path of the tree the model itself would have produced, plus its next token.
-            accepted, sources, nodes = verify(tree, chosen[0], chosen[1 : 1 + t])
+            accepted, sources, nodes = verify(tree, chosen[0], chosen.nodes(t))
 
             # 5. Compact the cache: keep the root's and the matched nodes' keys/values, drop the rest.
             kept = torch.tensor([0, *(1 + n for n in nodes)])
@@ -136,6 +137,50 @@ class StepRunner:
                 for parent in tree.parents:  # parents come first: node i's tokens before it extend its parent's
                     before.append((*before[parent + 1], it.root if parent < 0 else tree.tokens[parent])[-HISTORY:])
                 before += [()] * (len(successors) - len(before))
-            outcomes.append(StepOutcome(accepted, sources, chosen[1 + t :], query_tokens=rows, candidate_tokens=t,
+            outcomes.append(StepOutcome(accepted, sources, chosen.after(1 + t), query_tokens=rows, candidate_tokens=t,
                                         successors=successors, predecessors=before, forward_s=spent / b))
         return outcomes
+
+
+class _Choices:
+    """The model's tokens at a step's kept rows (logits [K, V], the positions they predict [K]), chosen
+    all at once (`eager`: greedy, a cheap argmax) or as they are asked for. Sampling costs per row
+    (top-k/top-p, Gumbel noise for a new position: ~0.3-0.7 ms a row with SmolLM2's 49,152 tokens), and
+    the walk visits the root and the accepted nodes, typically 2-3 of a step's 8 rows. The rule is row
+    by row, so a row's token is the same chosen alone or among others (engine/sampling.py)."""
+
+    def __init__(self, chooser: TokenChooser, logits: torch.Tensor, positions: list[int], eager: bool) -> None:
+        self.chooser, self.logits, self.positions = chooser, logits, positions
+        self.known: dict[int, int] = dict(enumerate(chooser.choose(logits, positions))) if eager else {}
+
+    def __getitem__(self, row: int) -> int:
+        if row not in self.known:
+            self.known[row] = self.chooser.choose(self.logits[row : row + 1], self.positions[row : row + 1])[0]
+        return self.known[row]
+
+    def nodes(self, t: int) -> _NodeChoices:
+        """The tokens after the tree's t nodes (rows 1..t), indexed by node."""
+        return _NodeChoices(self, t)
+
+    def after(self, start: int) -> list[int]:
+        """The tokens at rows start.. (the aux branch's, all needed), chosen together."""
+        rest = [r for r in range(start, len(self.positions)) if r not in self.known]
+        if rest:
+            picked = self.chooser.choose(self.logits[rest[0] :], self.positions[rest[0] :])
+            self.known.update(zip(range(rest[0], len(self.positions)), picked))
+        return [self.known[r] for r in range(start, len(self.positions))]
+
+
+class _NodeChoices(Sequence[int]):
+    """node_choice for `verify`: node i's token is row 1 + i's."""
+
+    def __init__(self, choices: _Choices, t: int) -> None:
+        self.choices, self.t = choices, t
+
+    def __getitem__(self, node: int) -> int:  # type: ignore[override]
+        if not 0 <= node < self.t:
+            raise IndexError(node)
+        return self.choices[1 + node]
+
+    def __len__(self) -> int:
+        return self.t

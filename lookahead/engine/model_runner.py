@@ -177,7 +177,9 @@ class ModelRunner:
             if real < q or (placed and span > real):
                 end = real if p.offsets is None else int(p.offsets.max()) + 1
                 cache.keep(n, torch.arange(end), slot=cache.selection.lo + slot)
-        return [logits[b, torch.searchsorted(rows, p.keep)] for b, p in enumerate(parts)]
+        # each part's keep rows among the pass's logit rows (all of them, in order, when it keeps every one)
+        return [logits[b] if p.keep.numel() == rows.numel() else logits[b, torch.searchsorted(rows, p.keep)]
+                for b, p in enumerate(parts)]
 
     def prefill(self, cache: KVCache, tokens: list[int]) -> None:
         """Append `tokens` after what the cache holds (positions follow on), in one causal pass; no

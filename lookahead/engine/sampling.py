@@ -72,6 +72,21 @@ def _cut(row: torch.Tensor, probs: torch.Tensor, top_p: float) -> torch.Tensor:
     return top[int(kept.sum()) - 1]
 
 
+def first_maximum(logits: torch.Tensor, values: torch.Tensor, indices: torch.Tensor) -> list[int]:
+    """argmax(logits) per row (the first of equal maxima) from the row's k largest values and their
+    indices [R, k] (descending; equal values in any order). Every value tied with the maximum is among
+    the k unless all k tie, so the smallest index among them is the first maximum; a row whose k values
+    all tie is left to argmax. A lookahead step that recycles the model's top-k predictions has them
+    anyway, and argmax over 8 rows of 49,152 logits took 0.36 ms (Zen 4, 2 threads)."""
+    tied = values == values[:, :1]  # [R, k]
+    first = torch.where(tied, indices, indices.new_full((), logits.shape[-1])).amin(dim=-1)  # [R]
+    crowded = tied[:, -1]  # [R]: all k tie with the maximum; more may lie outside them
+    if bool(crowded.any()):
+        rows = logits[crowded]
+        first[crowded] = (rows.float() if rows.dtype in _NARROW else rows).argmax(dim=-1)
+    return first.tolist()
+
+
 class TokenChooser:
     """Applies the rule to rows of logits whose absolute positions are known.
 
@@ -98,8 +113,13 @@ class TokenChooser:
         for p in [p for p in self._noise if p < position]:
             del self._noise[p]
 
-    def choose(self, logits: torch.Tensor, positions: list[int]) -> list[int]:
-        """logits: [R, V] for the positions they predict (len R) -> R chosen token ids."""
+    def choose(self, logits: torch.Tensor, positions: list[int],
+               top: tuple[torch.Tensor, torch.Tensor] | None = None) -> list[int]:
+        """logits: [R, V] for the positions they predict (len R) -> R chosen token ids. `top`: the rows'
+        k largest logits and their indices ([R, k] each, descending, as torch.topk gives them), where the
+        caller has them: greedy reads its choice off them."""
+        if self.cfg.greedy and top is not None:
+            return first_maximum(logits, *top)
         if self.cfg.greedy:
             if logits.dtype in _NARROW:  # widened first: same values, same first maximum, and torch's CPU
                 logits = logits.float()  # argmax over bf16 rows is ~5x slower (0.7 ms for [8, 49152] here)

@@ -116,7 +116,9 @@ class StepRunner:
             # 3. Choose: the model's own token at the kept rows (greedy or seeded Gumbel-max): at every row,
             #    or, sampling, at the rows the walk below visits (their order is the walk's).
             t = query.n_tree
-            chosen = _Choices(it.chooser, out, (query.positions[query.keep] + 1).tolist(), eager=it.chooser.cfg.greedy)
+            top = torch.topk(out, it.top_k, dim=-1) if it.top_k else None  # [K, top_k] values, indices
+            chosen = _Choices(it.chooser, out, (query.positions[query.keep] + 1).tolist(), it.chooser.cfg.greedy,
+                              None if top is None else (top.values, top.indices))
 
             # 4. Verify: the longest path of the tree the model itself would have produced, plus its next token.
             accepted, sources, nodes = verify(tree, chosen[0], chosen.nodes(t))
@@ -130,9 +132,8 @@ class StepRunner:
             #    root; a node's ancestors and the root), which key the recycled rows by context; none for aux rows.
             successors: list[tuple[int, tuple[int, ...]]] = []
             before: list[tuple[int, ...]] = []
-            if it.top_k:
-                top = torch.topk(out, it.top_k, dim=-1).indices.tolist()  # [K, top_k]
-                successors = list(zip(query.tokens[query.keep].tolist(), map(tuple, top)))
+            if top is not None:
+                successors = list(zip(query.tokens[query.keep].tolist(), map(tuple, top.indices.tolist())))
                 before = [it.history[-HISTORY:]]
                 for parent in tree.parents:  # parents come first: node i's tokens before it extend its parent's
                     before.append((*before[parent + 1], it.root if parent < 0 else tree.tokens[parent])[-HISTORY:])
@@ -149,9 +150,10 @@ class _Choices:
     the walk visits the root and the accepted nodes, typically 2-3 of a step's 8 rows. The rule is row
     by row, so a row's token is the same chosen alone or among others (engine/sampling.py)."""
 
-    def __init__(self, chooser: TokenChooser, logits: torch.Tensor, positions: list[int], eager: bool) -> None:
+    def __init__(self, chooser: TokenChooser, logits: torch.Tensor, positions: list[int], eager: bool,
+                 top: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
         self.chooser, self.logits, self.positions = chooser, logits, positions
-        self.known: dict[int, int] = dict(enumerate(chooser.choose(logits, positions))) if eager else {}
+        self.known: dict[int, int] = dict(enumerate(chooser.choose(logits, positions, top))) if eager else {}
 
     def __getitem__(self, row: int) -> int:
         if row not in self.known:

@@ -121,6 +121,23 @@ def test_top_p_over_the_best_tokens_equals_the_full_sort_and_ignores_its_compani
     assert together.sum(dim=-1).min() >= 1  # the likeliest token always stays
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64])
+def test_greedy_read_off_the_top_k_is_the_first_maximum(dtype: torch.dtype) -> None:
+    # Rows of 50 logits, k = 4: a unique maximum (row 0); the maximum at columns 30 and 7, which topk may
+    # list in either order (row 1: the first, 7, must win); three ties inside the k (row 2: 5); every
+    # one of the k tied, with more ties outside them (row 3: eight ties, the first at column 2; topk picks
+    # four of the eight, here not column 2: only argmax sees it).
+    rows = torch.randn(4, 50, generator=torch.Generator().manual_seed(1), dtype=torch.float64).to(dtype)
+    rows[1, 30] = rows[1, 7] = rows[1].max() + 1
+    rows[2, 40] = rows[2, 5] = rows[2, 22] = rows[2].max() + 1
+    rows[3] = -5.0
+    rows[3, [12, 30, 41, 7, 49, 2, 25, 33]] = 2.0
+    values, indices = torch.topk(rows, 4, dim=-1)
+    chooser = TokenChooser(SamplingConfig(temperature=0.0), 50)
+    assert chooser.choose(rows, [0, 1, 2, 3], (values, indices)) == rows.argmax(dim=-1).tolist()
+    assert chooser.choose(rows, [0, 1, 2, 3], (values, indices))[1:] == [7, 5, 2]
+
+
 def test_engine_first_token_follows_model_distribution() -> None:
     # The autoregressive sampler end to end: the first sampled token over many seeds vs softmax(logits/T).
     lm = model64("llama")

@@ -166,11 +166,10 @@ class _Choices:
 
     def after(self, start: int) -> list[int]:
         """The tokens at rows start.. (the aux branch's, all needed), chosen together."""
-        rest = [r for r in range(start, len(self.positions)) if r not in self.known]
-        if rest:
-            picked = self.chooser.choose(self.logits[rest[0] :], self.positions[rest[0] :])
-            self.known.update(zip(range(rest[0], len(self.positions)), picked))
-        return [self.known[r] for r in range(start, len(self.positions))]
+        end = len(self.positions)
+        if any(r not in self.known for r in range(start, end)):
+            self.known.update(zip(range(start, end), self.chooser.choose(self.logits[start:], self.positions[start:])))
+        return [self.known[r] for r in range(start, end)]
 
 
 class _NodeChoices(Sequence[int]):

@@ -5,6 +5,7 @@ parameters after slashes, so one run can compare shapes of the same strategy sid
     lookahead                         hybrid pool, with the run's --lookahead W,N,G
     lookahead/W=4/N=4/G=2             its own shape (also window=, ngram=, guesses=, context_tokens=)
     lookahead/cache                   plus a cross-request n-gram cache per request class
+    lookahead/sources=suffix+recycle  its own free sources (names in candidates/registry.py)
     lookahead_jacobi                  Jacobi n-grams only (the original algorithm's pool)
     prompt_lookup/max_ngram=4/num_tokens=10/max_candidates=2/cache
     speculative/draft=self:24/k=4     a self-draft of 24 target layers proposing 4 tokens
@@ -34,7 +35,7 @@ CACHED_STRATEGIES = ("lookahead", "prompt_lookup")  # the engine offers cross-re
 # Per parameter block: accepted key -> config field.
 _KEYS: dict[str, dict[str, str]] = {
     "lookahead": {"W": "window", "N": "ngram", "G": "guesses", "window": "window", "ngram": "ngram",
-                  "guesses": "guesses", "context_tokens": "context_tokens"},
+                  "guesses": "guesses", "context_tokens": "context_tokens", "sources": "sources"},
     "prompt_lookup": {f.name: f.name for f in dataclasses.fields(PromptLookupConfig)},
     "speculative": {"draft": "draft", "k": "draft_tokens", "draft_tokens": "draft_tokens"},
 }
@@ -50,7 +51,7 @@ class StrategySpec:
     label: str
     strategy: str
     config: PromptLookupConfig | SpeculativeConfig | None = None
-    lookahead_overrides: tuple[tuple[str, int], ...] = ()
+    lookahead_overrides: tuple[tuple[str, Any], ...] = ()
     ngram_cache: bool = False
     exact: bool = True  # False: the label's /unpadded (engine passes not padded to the width floor)
 
@@ -110,7 +111,12 @@ def parse_strategy(label: str, known: tuple[str, ...]) -> StrategySpec:
             raise ConfigError(f"{label!r}: cannot read {p!r}; {name} takes "
                               f"{', '.join(k + '=...' for k in keys)}" + (" or /cache" if name in CACHED_STRATEGIES else ""))
         field_name = keys[key]
-        values[field_name] = raw.strip() if field_name == "draft" else _int(raw, label, key)
+        if field_name == "draft":
+            values[field_name] = raw.strip()
+        elif field_name == "sources":
+            values[field_name] = _sources(raw, label)
+        else:
+            values[field_name] = _int(raw, label, key)
     if block == "lookahead":
         LookaheadConfig(**values)  # range errors now, at the edge (the run's shape is applied later)
         return StrategySpec(label=label, strategy=name, lookahead_overrides=tuple(sorted(values.items())),
@@ -121,6 +127,18 @@ def parse_strategy(label: str, known: tuple[str, ...]) -> StrategySpec:
 
 def parse_strategies(labels: tuple[str, ...], known: tuple[str, ...]) -> dict[str, StrategySpec]:
     return {label: parse_strategy(label, known) for label in labels}
+
+
+def _sources(raw: str, label: str) -> tuple[str, ...]:
+    """'suffix+recycle' -> ('suffix', 'recycle'), each a source the registry knows."""
+    from lookahead.candidates.registry import source_names
+
+    names = tuple(n.strip() for n in raw.split("+") if n.strip())
+    unknown = [n for n in names if n not in source_names()]
+    if not names or unknown:
+        raise ConfigError(f"{label!r}: sources takes names joined by '+' from {', '.join(source_names())}"
+                          + (f"; unknown: {', '.join(unknown)}" if unknown else ""))
+    return names
 
 
 def _int(raw: str, label: str, key: str) -> int:

@@ -35,6 +35,21 @@ def test_lookahead_shape_in_short_and_long_keys() -> None:
         "window": 3, "ngram": 4, "guesses": 5, "context_tokens": 8}
 
 
+def test_lookahead_sources_by_name_joined_with_plus() -> None:
+    # A source set is one value: names from the registry joined by '+', in the order given (the pool asks
+    # them in that order); the rest of the shape still comes from the run (W3 N4 G5).
+    v = parse_strategy("lookahead/sources=suffix+recycle/G=2", KNOWN)
+    assert v.lookahead_or(RUN_SHAPE) == LookaheadConfig(window=3, ngram=4, guesses=2, sources=("suffix", "recycle"))
+    # The policy entry carries it, and the server reads it back as the same config.
+    doc = decision("lookahead/sources=suffix+recycle", RUN_SHAPE)
+    assert doc["lookahead"]["sources"] == ["suffix", "recycle"]
+    assert Policy.from_dict({"version": 1, "default": doc}).default.config.sources == ("suffix", "recycle")
+    with pytest.raises(ConfigError, match="unknown: drafts"):
+        parse_strategy("lookahead/sources=suffix+drafts", KNOWN)
+    with pytest.raises(ConfigError, match="names joined by '\\+'"):
+        parse_strategy("lookahead/sources=+", KNOWN)
+
+
 def test_cache_flag_on_lookahead_and_prompt_lookup_only() -> None:
     assert parse_strategy("lookahead/cache", KNOWN).ngram_cache
     pl = parse_strategy("prompt_lookup/max_ngram=4/num_tokens=10/cache", KNOWN)

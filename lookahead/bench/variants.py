@@ -131,12 +131,13 @@ def parse_strategies(labels: tuple[str, ...], known: tuple[str, ...]) -> dict[st
 
 def _sources(raw: str, label: str) -> tuple[str, ...]:
     """'suffix+recycle' -> ('suffix', 'recycle'), each a source the registry knows."""
-    from lookahead.candidates.registry import source_names
+    from lookahead.candidates.registry import source_names  # here: the registry pulls in the model stack
 
+    known = source_names()
     names = tuple(n.strip() for n in raw.split("+") if n.strip())
-    unknown = [n for n in names if n not in source_names()]
+    unknown = [n for n in names if n not in known]
     if not names or unknown:
-        raise ConfigError(f"{label!r}: sources takes names joined by '+' from {', '.join(source_names())}"
+        raise ConfigError(f"{label!r}: sources takes names joined by '+' from {', '.join(known)}"
                           + (f"; unknown: {', '.join(unknown)}" if unknown else ""))
     return names
 

@@ -39,12 +39,14 @@ def paired_parser(doc: str) -> argparse.ArgumentParser:
 
 
 def run_paired(workload: Path, arms: dict[str, Arm], a: str, b: str, per_class: int, start: int,
-               max_new_tokens: int) -> dict[str, Any]:
+               max_new_tokens: int, calibrators: dict[str, Callable[[], Calibrator]] | None = None) -> dict[str, Any]:
+    """`calibrators`: how an arm makes its calibrator for a class (default: Calibrator())."""
     rows = []
+    make = calibrators or {}
     for cls in CLASSES:
         with (workload / f"{cls}.jsonl").open() as f:
             reqs = [json.loads(line) for line in f][start : start + per_class]
-        learned = {name: (Calibrator(), SuccessorTable()) for name in arms}
+        learned = {name: (make.get(name, Calibrator)(), SuccessorTable()) for name in arms}
         for i, req in enumerate(reqs):
             got = {}
             for name in list(arms)[:: 1 if i % 2 == 0 else -1]:

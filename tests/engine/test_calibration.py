@@ -20,7 +20,7 @@ from lookahead.testing import tiny_model
 
 
 def test_a_guess_is_scored_against_the_tokens_later_generated_at_its_positions() -> None:
-    cal = Calibrator(CalibrationConfig(prior_hit=1, prior_miss=1, decay=1.0))
+    cal = Calibrator(CalibrationConfig(prior_hit=1, prior_miss=1, decay=1.0, depth_backoff=False))
     tracker = cal.tracker()
     tracker.offer([Candidate((5, 6, 7), "s", 0)])
     tracker.record([5])  # token 1 right; tokens 2 and 3 not generated yet: pending
@@ -84,6 +84,50 @@ def test_an_unseen_feature_starts_from_its_sources_measured_rate() -> None:
     assert cal.conditional("r", 0, 1) == pytest.approx((2 + 3 * 11 / 13) / 43)
 
 
+def test_a_rarely_reached_depth_starts_from_the_rate_above_it() -> None:
+    # Source "s" was right at depth 1 in 18 of 20 guesses, and its depth 2 was put to the test twice
+    # (both right). Depth 1: (18 + 1) / (20 + 3) = 19/23. With depth backoff depth 2's prior is raised from
+    # the fixed 1/3 to depth 1's estimate, so depth 2 = (2 + 3 * 19/23) / (2 + 3) = 103/115 (0.90) instead
+    # of (2 + 1) / 5 = 0.6; depth 3, never reached, starts from depth 2's estimate (0.90), not from 1/3.
+    for depth_backoff in (True, False):
+        cal = Calibrator(CalibrationConfig(decay=1.0, depth_backoff=depth_backoff))
+        tracker = cal.tracker()
+        for i in range(20):
+            tracker.offer([Candidate((1, 2) if i < 2 else (1,), "s", 0)])
+            tracker.record([1, 2] if i < 2 else [1 if i < 18 else 9])
+        assert cal.conditional("s", 0, 1) == pytest.approx(19 / 23)
+        if depth_backoff:
+            assert cal.conditional("s", 0, 2) == pytest.approx(103 / 115)
+            assert cal.conditional("s", 0, 3) == pytest.approx(103 / 115)  # no evidence at depth 3
+            assert cal.path_probabilities(Candidate((1, 2, 3), "s", 0)) == pytest.approx(
+                [19 / 23, 19 / 23 * 103 / 115, 19 / 23 * (103 / 115) ** 2])
+        else:
+            assert cal.conditional("s", 0, 2) == pytest.approx(3 / 5)
+            assert cal.conditional("s", 0, 3) == pytest.approx(1 / 3)
+
+
+def test_depth_backoff_never_lowers_the_prior_and_yields_to_evidence() -> None:
+    # A source right at depth 1 in 1 of 30: depth 1 = (1 + 1) / 33. Depth 2 never reached keeps the fixed
+    # prior 1/3 (the prior is raised to the depth above, never lowered to it).
+    cal = Calibrator(CalibrationConfig(decay=1.0))
+    tracker = cal.tracker()
+    for i in range(30):
+        tracker.offer([Candidate((1,), "s", 0)])
+        tracker.record([1 if i == 0 else 2])
+    assert cal.conditional("s", 0, 1) == pytest.approx(2 / 33)
+    assert cal.conditional("s", 0, 2) == pytest.approx(1 / 3)
+    # A source always right at depth 1 (40 of 40) but wrong at depth 2 in 40 of 40: depth 2 follows its
+    # own evidence, (0 + 3 * 41/43) / 43, whatever depth 1 says.
+    cal = Calibrator(CalibrationConfig(decay=1.0))
+    tracker = cal.tracker()
+    for _ in range(40):
+        tracker.offer([Candidate((1, 2), "s", 0)])
+        tracker.record([1, 5])
+    assert cal.conditional("s", 0, 1) == pytest.approx(41 / 43)
+    assert cal.conditional("s", 0, 2) == pytest.approx(3 * 41 / 43 / 43)
+    assert cal.conditional("s", 0, 2) < 0.07
+
+
 @pytest.mark.parametrize("rate", [0.1, 0.5, 0.85])
 def test_calibration_converges_on_a_source_of_known_acceptance(rate: float) -> None:
     # A synthetic source whose every token is right with probability `rate` (independently); depth d of
@@ -114,7 +158,7 @@ def test_a_shared_calibrator_learns_from_every_request_of_its_class() -> None:
 
 
 @pytest.mark.parametrize("kwargs", [{"prior_hit": 0}, {"prior_miss": -1}, {"decay": 0.0}, {"decay": 1.5},
-                                    {"backoff": "yes"}, {"siblings": 1}])
+                                    {"backoff": "yes"}, {"siblings": 1}, {"depth_backoff": None}])
 def test_bad_calibration_settings_are_refused_with_the_value(kwargs: dict) -> None:
     with pytest.raises(ValueError, match="must be"):
         CalibrationConfig(**kwargs)

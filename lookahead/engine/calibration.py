@@ -30,7 +30,7 @@ depth starts from the rate above it instead of from 1/3. Measured on the prompt 
 (SmolLM2-135M, bf16, one calibrator across them as the bench keeps it), the flat prior left deep
 guesses priced far below what they did: given the tokens before them right, suffix-match tokens at
 depths 5-8 were right 89-100% of the time while the calibrator's ratio said 70-75%, and the allocator
-cut those chains short (113 of the suffix source's right tokens were never verified).
+cut those chains short (summed over the steps, 103 right suffix-match nodes were left unverified).
 
 Every candidate offered is scored, whether or not the allocator let it be verified: once the tokens at
 its positions have been generated, it is compared with them (counterfactual scoring). So a source that

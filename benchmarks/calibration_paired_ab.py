@@ -1,4 +1,4 @@
-"""Paired A/B of one calibration switch (CalibrationConfig.backoff, .depth_backoff or .siblings,
+"""Paired A/B of one calibration switch (CalibrationConfig.agreement, .backoff, .depth_backoff or .siblings,
 engine/calibration.py), with calibrators shared per class as the bench and the server keep them.
 
 Runs lookahead with the switch off and on over held-out workload requests, arms interleaved in
@@ -27,7 +27,7 @@ from paired_ab import paired_parser, run_paired  # noqa: E402
 import lookahead  # noqa: E402
 from lookahead.engine.calibration import CalibrationConfig, Calibrator  # noqa: E402
 
-SWITCHES = ("backoff", "depth_backoff", "siblings")
+SWITCHES = ("agreement", "backoff", "depth_backoff", "siblings")
 
 
 def main() -> int:

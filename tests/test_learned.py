@@ -24,17 +24,19 @@ LABEL = "lookahead/greedy"  # what generate() shares for default (greedy lookahe
 
 
 def test_a_calibrator_read_back_estimates_exactly_as_the_one_written() -> None:
-    cal = Calibrator(CalibrationConfig(decay=0.9))
+    cal = Calibrator(CalibrationConfig(decay=0.9, agreement=True))
     tracker = cal.tracker()
     tracker.offer([Candidate((5, 6, 7), "recycle", 1), Candidate((5, 8), "context", 3), Candidate((4,), "recycle", 2)])
     tracker.record([5, 6, 9])  # recycle/1: depths 1, 2 hit, 3 missed; context/3: 1 hit, 2 missed; recycle/2 missed
     cal.observe_siblings([0.7, 0.2], hit_rank=0)
-    back = Calibrator.from_json(json.loads(json.dumps(cal.to_json())), CalibrationConfig(decay=0.9))
+    cal.observe_siblings([0.6], hit_rank=None, agreed=[True])  # a first token two sources proposed
+    back = Calibrator.from_json(json.loads(json.dumps(cal.to_json())), CalibrationConfig(decay=0.9, agreement=True))
     assert back.reached == cal.reached and back.hits == cal.hits
     # Seen keys, and unseen features that back off to their source's other features at that depth.
     for key in [("recycle", 1, 3), ("context", 3, 2), ("recycle", 2, 1), ("recycle", 7, 1), ("context", 0, 1)]:
         assert back.conditional(*key) == pytest.approx(cal.conditional(*key), abs=1e-12), key
     assert back.sibling_factor(0) == pytest.approx(cal.sibling_factor(0)) != 1.0
+    assert back.sibling_factor(0, agreed=True) == pytest.approx(cal.sibling_factor(0, agreed=True)) != 1.0
     assert not back.empty and Calibrator().empty
 
 
@@ -90,6 +92,8 @@ def test_a_calibrator_entry_that_no_calibrator_writes_is_refused(entry: list) ->
         Calibrator.from_json({"keys": [entry], "siblings": []})
     with pytest.raises(ValueError, match="repeated"):  # the backoff's sums would count it twice
         Calibrator.from_json({"keys": [["recycle", 0, 1, 1.0, 2.0]] * 2, "siblings": []})
+    with pytest.raises(ValueError, match="sibling entry"):  # ranks 0..3, and 4..7 for agreed first tokens
+        Calibrator.from_json({"keys": [], "siblings": [[8, 0.5, 0.0]]})
 
 
 def _learn(lm: lookahead.LoadedModel) -> None:

@@ -7,10 +7,14 @@ Each step:
        verified;
     3. the guesses are merged into one trie, the most valuable guess first (so that the tree's first
        chain is the best single chain, which is all an exact step verifies on some devices), and each
-       distinct first token's subtree is scaled by a factor learned for its rank among them: the
-       sources' rates are marginal, and where they disagree on the next token at most one is right
-       (measured before this correction on sampled text, float32: steps the calibration valued at 0.7-1.1
-       extra tokens realised 0.29-0.35); below the first token, siblings are disjoint events too (at
+       distinct first token's subtree is scaled by a factor learned for its rank among them (and, with
+       CalibrationConfig.agreement, for whether more than one source proposed it): the sources' rates
+       are marginal, and where they disagree on the next token at most one is right (measured before
+       this correction on sampled text, float32: steps the calibration valued at 0.7-1.1 extra tokens
+       realised 0.29-0.35), while a token two sources reached independently looked likelier than either
+       says (prompts a-f, SmolLM2 bf16: first tokens of one source right 9% of the time where priced at
+       13%, those of several 36-44% where priced at 26-40%, except suffix + jacobi), though correcting
+       for it did not pay (README "Measured: depth backoff in the calibrator"); below the first token, siblings are disjoint events too (at
        most one continues the text), so a node's children are capped to sum to at most its own
        probability, the likeliest keeping theirs (`CandidateTree.cap_siblings`);
     4. an aux-branch source (the Jacobi window) adds its rows and the tokens it is expected to earn.
@@ -69,7 +73,7 @@ class SourcePool:
         self.top_k = max((s.top_k for s in self.sources if isinstance(s, WantsSuccessors)), default=0)
         self.aux_worth = cfg.aux_prior
         self._idle = 0  # steps since the aux branch last ran
-        self._firsts: list[tuple[int, float]] = []  # this step's first tokens and their uncorrected probabilities
+        self._firsts: list[tuple[int, float, bool]] = []  # this step's first tokens, uncorrected probabilities, agreed
 
     def propose(self, context: Sequence[int], budget: int) -> Draft:
         n = min(self.cfg.max_tokens, budget)
@@ -85,7 +89,10 @@ class SourcePool:
             tree.add(guess.tokens, guess.source, probs)
         self._firsts = []
         if self.calibrator.cfg.siblings:
-            self._firsts = self._correct_first_tokens(tree)
+            proposers: dict[int, set[str]] = {}  # first token -> the sources that proposed it
+            for guess in guesses:
+                proposers.setdefault(guess.tokens[0], set()).add(guess.source)
+            self._firsts = self._correct_first_tokens(tree, {t for t, names in proposers.items() if len(names) > 1})
             tree.cap_siblings()
         if self.aux_source is None:
             return Draft(tree=tree, calibrated=self.cfg.allocate)
@@ -93,15 +100,16 @@ class SourcePool:
         worth = self.aux_worth + (self.cfg.aux_prior - self.aux_worth) * drift
         return Draft(tree=tree, aux=self.aux_source.branch(), aux_value=max(worth, 0.0), calibrated=self.cfg.allocate)
 
-    def _correct_first_tokens(self, tree: CandidateTree) -> list[tuple[int, float]]:
+    def _correct_first_tokens(self, tree: CandidateTree, agreed: set[int]) -> list[tuple[int, float, bool]]:
         """Scale each first token's subtree by the calibrator's factor for its rank among the distinct
-        first tokens (engine/calibration.sibling_factor). Returns the first tokens best first with the
-        probabilities they had before, to be scored once the step says which one was right."""
+        first tokens and for whether several sources proposed it (`agreed`: those tokens;
+        engine/calibration.sibling_factor). Returns the first tokens best first with the probabilities
+        they had before and their agreement, to be scored once the step says which one was right."""
         firsts = sorted((i for i in range(len(tree)) if tree.parents[i] < 0), key=lambda i: -tree.probs[i])
-        before = [(tree.tokens[i], tree.probs[i]) for i in firsts]
+        before = [(tree.tokens[i], tree.probs[i], tree.tokens[i] in agreed) for i in firsts]
         factor = [1.0] * len(tree)
         for rank, i in enumerate(firsts):
-            factor[i] = self.calibrator.sibling_factor(rank)
+            factor[i] = self.calibrator.sibling_factor(rank, tree.tokens[i] in agreed)
         for i in range(len(tree)):  # parents come first: a node takes its first token's factor
             if tree.parents[i] >= 0:
                 factor[i] = factor[tree.parents[i]]
@@ -111,8 +119,8 @@ class SourcePool:
     def update(self, context: Sequence[int], outcome: StepOutcome) -> None:
         self.tracker.record(outcome.accepted)
         if self._firsts and outcome.accepted:  # which first token (if any) the model produced
-            hit = next((r for r, (t, _) in enumerate(self._firsts) if t == outcome.accepted[0]), None)
-            self.calibrator.observe_siblings([p for _, p in self._firsts], hit)
+            hit = next((r for r, (t, _, _) in enumerate(self._firsts) if t == outcome.accepted[0]), None)
+            self.calibrator.observe_siblings([p for _, p, _ in self._firsts], hit, [a for _, _, a in self._firsts])
         if self.aux_source is not None:
             if outcome.aux_out:
                 earned = sum(1 for s in outcome.accepted_sources if s == self.aux_name)

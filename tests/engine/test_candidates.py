@@ -291,6 +291,42 @@ def test_runner_up_first_tokens_are_discounted_by_what_the_model_did() -> None:
     assert cal.sibling_factor(3) == cal.sibling_factor(7) == pytest.approx((1 + 3) / (0.2 * 0.98 + 0.1 + 3))
 
 
+def test_first_tokens_that_several_sources_proposed_are_corrected_apart() -> None:
+    # Rank-0 first tokens: proposed by one source (priced 0.5) they were right once in 10 steps; proposed by
+    # two (priced 0.3) 8 times in 10. With `agreement` each kind has its own factor (observed + 3) /
+    # (predicted + 3); without, one factor for both: (1 + 8 + 3) / (5 + 3 + 3).
+    for agreement in (True, False):
+        cal = Calibrator(CalibrationConfig(decay=1.0, agreement=agreement))
+        for i in range(10):
+            cal.observe_siblings([0.5], 0 if i == 0 else None, [False])
+            cal.observe_siblings([0.3], 0 if i < 8 else None, [True])
+        if agreement:
+            assert cal.sibling_factor(0) == pytest.approx((1 + 3) / (5 + 3))  # 0.5
+            assert cal.sibling_factor(0, agreed=True) == pytest.approx((8 + 3) / (3 + 3))  # 1.83
+        else:
+            assert cal.sibling_factor(0) == cal.sibling_factor(0, agreed=True) == pytest.approx(12 / 11)
+
+
+def test_the_pool_tells_the_calibrator_which_first_tokens_two_sources_agreed_on() -> None:
+    # (CalibrationConfig.agreement is off by default: it did not pay; this is its opt-in path.)
+    # After ...1 2 3 the context source proposes 4 5 (what followed 1 2 3 before) and the Jacobi pool 4 9:
+    # two sources, one first token (4). The prompt-lookup-only pool proposes 4 alone.
+    context = [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3]
+    outcome = StepOutcome(accepted=[4], accepted_sources=["model"], aux_out=[], query_tokens=1, candidate_tokens=0)
+    for with_jacobi, agreed in ((True, True), (False, False)):
+        sources: list = [ContextSource(context)]
+        if with_jacobi:
+            sources.append(JacobiSource(1, 3, context))
+            sources[1].pool.add(3, (4, 9))
+        cal = Calibrator(CalibrationConfig(agreement=True))
+        pool = SourcePool(sources, PoolConfig(max_tokens=2, per_source=1), cal)
+        pool.propose(context, 100)
+        pool.update(context, outcome)  # the model went on with 4: the rank-0 first token was right
+        # that evidence went to the factor of rank-0 first tokens that were (or were not) agreed on
+        assert cal.sibling_factor(0, agreed=agreed) > 1.0
+        assert cal.sibling_factor(0, agreed=not agreed) == 1.0
+
+
 def test_cache_source_matches_the_class_cache() -> None:
     cache = NGramCache(NGramCacheConfig(key_lengths=(2, 1), num_tokens=3))
     cache.add_response([9], [1, 2, 3, 4])

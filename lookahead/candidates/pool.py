@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from lookahead.engine.calibration import Calibrator
 from lookahead.engine.draft import CandidateTree, Draft, StepOutcome
-from lookahead.engine.sources import CandidateSource, Observation, RunsAuxBranch, WantsSuccessors
+from lookahead.engine.sources import Candidate, CandidateSource, Observation, RunsAuxBranch, WantsSuccessors
 
 
 @dataclass(frozen=True)
@@ -89,10 +89,8 @@ class SourcePool:
             tree.add(guess.tokens, guess.source, probs)
         self._firsts = []
         if self.calibrator.cfg.siblings:
-            proposers: dict[int, set[str]] = {}  # first token -> the sources that proposed it
-            for guess in guesses:
-                proposers.setdefault(guess.tokens[0], set()).add(guess.source)
-            self._firsts = self._correct_first_tokens(tree, {t for t, names in proposers.items() if len(names) > 1})
+            agreed = _agreed(guesses) if self.calibrator.cfg.agreement else set()
+            self._firsts = self._correct_first_tokens(tree, agreed)
             tree.cap_siblings()
         if self.aux_source is None:
             return Draft(tree=tree, calibrated=self.cfg.allocate)
@@ -131,3 +129,11 @@ class SourcePool:
         obs = Observation(context, outcome.accepted, outcome.aux_out, outcome.successors, outcome.predecessors)
         for source in self.sources:
             source.observe(obs)
+
+
+def _agreed(guesses: Sequence[Candidate]) -> set[int]:
+    """The first tokens that more than one source proposed."""
+    proposers: dict[int, set[str]] = {}
+    for guess in guesses:
+        proposers.setdefault(guess.tokens[0], set()).add(guess.source)
+    return {token for token, names in proposers.items() if len(names) > 1}

@@ -158,7 +158,8 @@ def test_a_shared_calibrator_learns_from_every_request_of_its_class() -> None:
 
 
 @pytest.mark.parametrize("kwargs", [{"prior_hit": 0}, {"prior_miss": -1}, {"decay": 0.0}, {"decay": 1.5},
-                                    {"backoff": "yes"}, {"siblings": 1}, {"depth_backoff": None}])
+                                    {"backoff": "yes"}, {"siblings": 1}, {"depth_backoff": None},
+                                    {"agreement": "no"}])
 def test_bad_calibration_settings_are_refused_with_the_value(kwargs: dict) -> None:
     with pytest.raises(ValueError, match="must be"):
         CalibrationConfig(**kwargs)

@@ -29,8 +29,8 @@ class LookaheadConfig:
         (engine/allocator.py) verifies the calibrated best of them, at most `query_tokens` rows.
         The copy source is `suffix` (longest earlier match, continuations weighted by how often each
         followed, calibrated by match length), not prompt lookup's `context` (keys of 3, 2, 1 tokens):
-        paired on held-out requests 0-4% faster on four of five classes, even on math, 1% behind on
-        prompts a-f (README, "Measured: the suffix source as the copy source").
+        paired on held-out requests 0-4% faster on four of five classes (1% behind on math, and on
+        prompts a-f) (README, "Measured: the suffix source as the copy source").
 
     Defaults were measured on a 2-core CPU with SmolLM2-135M in bfloat16 and float32 (README,
     "Performance"). Exact steps at reduced precision verify one chain (engine/query.py), so the rows

@@ -103,6 +103,7 @@ class _ViewPlan:
 
 _active: contextvars.ContextVar[bool] = contextvars.ContextVar("lookahead_exact_attention", default=False)
 _plan: contextvars.ContextVar[_ViewPlan | None] = contextvars.ContextVar("lookahead_key_views", default=None)
+_causal_rows: contextvars.ContextVar[int] = contextvars.ContextVar("lookahead_causal_prompt", default=0)
 _registered = False
 
 
@@ -114,6 +115,12 @@ def exact_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: 
     if not _active.get():
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+        rows = _causal_rows.get()
+        if rows and query.shape[0] == 1 and query.shape[2] == rows:
+            # a first pass over an empty cache whose mask is plain causal (`causal_prompt`): SDPA's causal
+            # kernel over exactly these rows' keys, not the 4-D mask over the cache's padded keys
+            return sdpa_attention_forward(module, query, key[:, :, :rows], value[:, :, :rows], None, dropout=dropout,
+                                          scaling=scaling, **kwargs)
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
     b, h, q, d = query.shape
@@ -202,6 +209,21 @@ def exact_passes(views: Sequence[KeyView] = ()) -> Iterator[None]:
     finally:
         _plan.reset(plan_token)
         _active.reset(token)
+
+
+@contextlib.contextmanager
+def causal_prompt(rows: int) -> Iterator[None]:
+    """Within this block, a fused (not exact) pass of one sequence with exactly `rows` query rows takes
+    them for positions 0..rows-1 of an empty cache under a plain causal mask (every attention layer: the
+    caller checks that no sliding window is shorter than `rows`), and runs SDPA's causal kernel over
+    the first `rows` keys instead of the 4-D mask. Measured (SmolLM2 bf16, 2 Zen 4 cores, per layer):
+    531 rows 5.0 -> 4.4 ms, 841 rows 12.0 -> 8.3 ms: the masked kernel visits every key block, and the
+    mask keeps transformers from sharing key heads (grouped-query attention) without copies."""
+    token = _causal_rows.set(rows)
+    try:
+        yield
+    finally:
+        _causal_rows.reset(token)
 
 
 def install(model: Any) -> bool:

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from lookahead.engine.attention import KeyView, exact_passes
+from lookahead.engine.attention import KeyView, causal_prompt, exact_passes
 from lookahead.engine.kvcache import KVCache
 from lookahead.engine.masks import MaskBuilder
 from lookahead.engine.query import free_offsets
@@ -195,5 +195,8 @@ class ModelRunner:
             return
         p = cache.get_seq_length()
         local = torch.ones(n, n, dtype=torch.bool).tril_()
-        self.forward_batch(cache, [Rows(torch.tensor(tokens), torch.arange(p, p + n), local, torch.tensor([n - 1]))],
-                           fused=True)
+        # An empty cache and no sliding window shorter than the prompt: every layer's mask is plain causal
+        causal = p == 0 and all(window is None or window >= n for window in self.masks.kinds.values())
+        with causal_prompt(n) if causal else contextlib.nullcontext():
+            self.forward_batch(cache, [Rows(torch.tensor(tokens), torch.arange(p, p + n), local, torch.tensor([n - 1]))],
+                               fused=True)

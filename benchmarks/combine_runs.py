@@ -37,7 +37,8 @@ def main() -> None:
         per_step = sum(v["new_tokens"] for v in la.values()) / sum(v["steps"] for v in la.values())
         decode = statistics.median(ar[i]["decode_s"] / la[i]["decode_s"] for i in la if i in ar)
         mismatches = sum(int(v["mismatches"]) for recs in (la, pl) for v in recs.values())
-        print(f"| {cls} | {vs_ar['paired_n']} | {vs_ar['median']:.2f}x [{vs_ar['ci95'][0]:.2f}, {vs_ar['ci95'][1]:.2f}] "
+        lo, hi = vs_ar["ci95"]
+        print(f"| {cls} | {vs_ar['paired_n']} | {vs_ar['median']:.2f}x [{lo:.2f}, {hi:.2f}] "
               f"| {pl_ar['median']:.2f}x | {vs_pl['median']:.2f}x [{vs_pl['ci95'][0]:.2f}, {vs_pl['ci95'][1]:.2f}] "
               f"| {per_step:.2f} | {decode:.2f}x | {mismatches} |")
 

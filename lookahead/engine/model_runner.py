@@ -189,7 +189,9 @@ class ModelRunner:
         and every way of decoding a prompt (autoregressive, lookahead, batched or alone) caches it with
         this same one pass, so every decoding step sees the same prompt keys and values whichever kernel
         made them. The exact attention materialises float32 scores for every query row and key (a
-        1,500-token prompt took 2.6x as long, SmolLM2 bf16 on 2 Zen 4 cores); decoding rows are few."""
+        1,500-token prompt took 2.6x as long, SmolLM2 bf16 on 2 Zen 4 cores); decoding rows are few. Into an
+        empty cache, with no sliding window shorter than the prompt, it is SDPA's causal kernel over the
+        prompt's own keys (attention.causal_prompt; 841 tokens 0.90 -> 0.77 s there), not the 4-D mask."""
         n = len(tokens)
         if not n:
             return
@@ -197,6 +199,6 @@ class ModelRunner:
         local = torch.ones(n, n, dtype=torch.bool).tril_()
         # An empty cache and no sliding window shorter than the prompt: every layer's mask is plain causal
         causal = p == 0 and all(window is None or window >= n for window in self.masks.kinds.values())
+        rows = Rows(torch.tensor(tokens), torch.arange(p, p + n), local, torch.tensor([n - 1]))
         with causal_prompt(n) if causal else contextlib.nullcontext():
-            self.forward_batch(cache, [Rows(torch.tensor(tokens), torch.arange(p, p + n), local, torch.tensor([n - 1]))],
-                               fused=True)
+            self.forward_batch(cache, [rows], fused=True)

@@ -106,7 +106,15 @@ def test_bf16_aligned_tree_rows_equal_autoregressive_rows() -> None:
     lm = smollm2_bf16()
     probe = width_probe(lm.model)
     if not probe.aligned_exact:
-        pytest.skip("the width probe did not find aligned trees exact on this CPU")
+        # Xeon with AMX: this very check found a node at offset 33 (context 777) with other logits, so the
+        # probe turns aligned trees off there (engine/numerics.py) and exact steps verify first chains only
+        from lookahead.engine.step import StepRunner
+        from lookahead.models.dtypes import cpu_flags
+
+        assert "amx_bf16" in cpu_flags(), f"aligned trees are off on a CPU without AMX: {probe}"
+        runner = StepRunner(lm.model, None, probe, aligned=True)
+        assert runner.chain_only and not runner.aligned
+        return
     runner = ModelRunner(lm.model, probe.floor, exact_attention=True)
     rng = random.Random(0)
     gen = torch.Generator().manual_seed(0)

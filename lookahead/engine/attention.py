@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 NAME = "lookahead_exact"
 KEY_ALIGN = 64  # exact passes see their keys padded to a multiple of this (engine/kvcache.py)
-KEY_CHUNK = 1024  # values are summed over keys in chunks of this many (a multiple of KEY_ALIGN)
+KEY_CHUNK = 256  # values are summed over keys in chunks of this many (a multiple of KEY_ALIGN)
 # Where masked keys may sit between a row's visible keys without changing its result (engine/query.py
 # align_tree), measured on SmolLM2 bf16, Zen 4: each visible key at its gap-free index modulo KEY_PERIOD
 # (the float32 softmax sums in 16 lanes: shifts by 2-8 keys changed rows, by 16 none), a key that pairs
@@ -156,26 +156,33 @@ def _power_of_two(x: float) -> bool:
 
 
 def _weighted_sum(probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
-    """probs [..., R, K] @ value [..., K, D], over keys in chunks of KEY_CHUNK from key 0, summed in
-    order in float32. Measured (SmolLM2 bf16, Zen 4): one matmul over more than 1024 keys reduces
-    them in another order than one over fewer, so a row whose keys end before 1024 came out
-    different (0.25 in the logits) in a pass of 1030 keys than in one of 1000, and a prompt near
-    1024 tokens decoded differently with lookahead (a wider pass crosses 1024 first). Fixed chunks
-    make a row's sum the same whatever the pass's key count: chunks past its keys add exact zeros."""
+    """probs [..., R, K] @ value [..., K, D]: keys padded with exact zeros to a multiple of KEY_CHUNK, each
+    chunk of KEY_CHUNK keys a matmul of its own (one batched call), the chunks summed in order in float32
+    at least. So every row's sum is made of matmuls of one fixed shape per row count, whatever the pass's
+    key count, and chunks past a row's keys add exact zeros.
+
+    Why (measured): a matmul's reduction over keys is not fixed by the keys alone. Zen 4 (bfloat16): one
+    matmul over more than 1024 keys reduced them in another order than one over fewer, so a prompt near
+    1024 tokens decoded differently with lookahead; float32 (MKL) reduced 200 visible keys differently at
+    256 or 320 keys than at >= 384. Xeon with AMX (bfloat16, 2 threads): a matmul over 512-1088 keys
+    reduced them differently when it had 33-48 rows (query rows x grouped heads) than alone, so a
+    width-16 lookahead step gave other logits than autoregressive decoding; over <= 384 keys every row
+    count 1-64 agreed, in both dtypes, for the head shapes of SmolLM2 and Gemma 3."""
     k = probs.shape[-1]
-    if probs.dtype == torch.float32 and k % KEY_CHUNK:
-        # float32 (MKL here) reduces one matmul's keys in an order that depends on how many keys it has
-        # (measured: the same 200 visible keys came out different at 256 or 320 keys than at >= 384), so
-        # every chunk gets exactly KEY_CHUNK keys: the padding's probabilities are exact zeros.
-        pad = KEY_CHUNK - k % KEY_CHUNK
+    pad = -k % KEY_CHUNK
+    if pad:
         probs, value = F.pad(probs, (0, pad)), F.pad(value, (0, 0, 0, pad))
         k += pad
-    if k <= KEY_CHUNK:
+    chunks = k // KEY_CHUNK
+    if chunks == 1:
         return torch.matmul(probs, value)
-    acc = torch.promote_types(value.dtype, torch.float32)
-    out = torch.matmul(probs[..., :KEY_CHUNK], value[..., :KEY_CHUNK, :]).to(acc)
-    for start in range(KEY_CHUNK, k, KEY_CHUNK):
-        out += torch.matmul(probs[..., start : start + KEY_CHUNK], value[..., start : start + KEY_CHUNK, :]).to(acc)
+    *lead, r, _ = probs.shape
+    parts = torch.matmul(probs.reshape(*lead, r, chunks, KEY_CHUNK).transpose(-3, -2),  # [..., C, R, KEY_CHUNK]
+                         value.reshape(*lead, chunks, KEY_CHUNK, value.shape[-1]))  # [..., C, R, D]
+    out = torch.empty((*lead, r, value.shape[-1]), dtype=torch.promote_types(value.dtype, torch.float32))
+    out.copy_(parts[..., 0, :, :])  # [..., R, D], contiguous: a new tensor, never a view of `parts`
+    for i in range(1, chunks):
+        out += parts[..., i, :, :]
     return out.to(value.dtype)
 
 

@@ -154,6 +154,8 @@ def measure(model: Any, runner: Any, widths: Sequence[int] = DEFAULT_WIDTHS, rep
     VIEWS_WIDTH rows whose tree has a second chain off the root (one view) costs more than a chain of
     that width timed next to it (a paired difference: the surcharge is small beside the pass).
     `clock`: the timer (a test passes a simulated one)."""
+    ceiling = getattr(runner, "ceiling", None)  # no exact pass is run (or timed) wider than the probe's ceiling
+    widths = [k for k in widths if ceiling is None or k <= ceiling]
     vocab = model.get_output_embeddings().weight.shape[0]
     gen = torch.Generator().manual_seed(0)
     cache = KVCache(KEY_ALIGN if runner.floor else 1)

@@ -82,14 +82,17 @@ class ModelRunner:
     rows (None: run unpadded). `exact_attention`: compute attention with engine/attention.py's
     width-invariant function (the model must have it installed). `batch_exact`: the width probe found
     that sequences batched into a pass of >= floor rows need no padding of their own. `views`: passes
-    compute tree branches over key views (Rows.views; needs the exact attention)."""
+    compute tree branches over key views (Rows.views; needs the exact attention). `ceiling`: the most query
+    rows one pass may carry, all sequences together (engine/numerics.py: wider passes compute rows
+    otherwise; None: no limit); padding stops there, and a pass that needs more rows is refused."""
 
     def __init__(self, model: Any, floor: int | None = None, exact_attention: bool = False,
-                 batch_exact: bool = False, views: bool = False) -> None:
+                 batch_exact: bool = False, views: bool = False, ceiling: int | None = None) -> None:
         if views and not exact_attention:
             raise ValueError("key views need the exact attention (engine/attention.py)")
         self.model = model
         self.floor = floor
+        self.ceiling = ceiling
         self.batch_exact = batch_exact
         self.exact_attention = exact_attention
         self.views = views
@@ -105,6 +108,16 @@ class ModelRunner:
         if not self.floor:
             return 1
         return -(-self.floor // batch) if self.batch_exact else self.floor
+
+    def pass_width(self, batch: int, rows: int, width: int = 0) -> int:
+        """The rows each of `batch` sequences carries in a pass whose widest has `rows` real rows, asked
+        to run at least `width` wide: at least the floor, padded up to `width` within the ceiling."""
+        q = max(rows, self.row_floor(batch))
+        if self.ceiling is not None and batch * q > self.ceiling:
+            raise ValueError(f"a pass of {batch} x {q} query rows is wider than the widest exact pass "
+                             f"({self.ceiling} rows, engine/numerics.py): size steps within it (the scheduler "
+                             "does) or run unpadded")
+        return max(q, min(width, self.ceiling // batch) if self.ceiling is not None else width)
 
     def forward(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor, local: torch.Tensor,
                 keep: torch.Tensor, width: int = 0) -> torch.Tensor:
@@ -125,7 +138,9 @@ class ModelRunner:
         if len(lengths) != len(parts):
             raise ValueError(f"{len(parts)} parts for a pass over {len(lengths)} cache slots")
         least = self.row_floor(len(parts))
-        q = max(max(int(p.tokens.shape[0]) for p in parts), least, width)
+        widest = max(int(p.tokens.shape[0]) for p in parts)
+        # a fused pass (a prompt's prefill) claims no exact rows: the ceiling is for the exact ones
+        q = max(widest, least, width) if fused else self.pass_width(len(parts), widest, width)
         padded = [p.padded(q) for p in parts]
         # Logit rows: every row some part keeps; the LM head gets >= floor rows (engine/numerics.py).
         kept = torch.zeros(q, dtype=torch.bool)

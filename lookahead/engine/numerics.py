@@ -9,9 +9,15 @@ plain linears every width >= 4. The engine pads every pass up to the floor (engi
 an autoregressive step and a lookahead step compute the same rows the same way, and lookahead's tokens
 are exactly autoregressive decoding's, not just up to float rounding.
 
+Kernels may also change path above some width: on a Xeon with AMX (bfloat16, 2 threads) oneDNN's linears
+gave other rows from 33 rows on than at 1-32, so no floor reached the widest pass. So the probe also finds
+a ceiling, the widest pass that agrees with the floor, and the engine never runs an exact pass wider
+(engine/model_runner.py; the allocator sizes steps within it, scheduler/scheduler.py).
+
 The probe prefills a random context, then runs a contiguous chain of w tokens for each probed width w
-(every w up to 16, then a spread up to `max_width`), reading every row's logits, and compares rows 0 and
-1 with the widest pass. The floor is the smallest w from which every probed width agrees bit for bit.
+(every w up to 16, then a spread up to `max_width`), reading every row's logits, and compares every row
+with the same row of a wider pass. The floor is the smallest w from which every probed width up to the
+ceiling agrees bit for bit; the ceiling is the widest width with the lowest floor (at least MIN_CEILING).
 """
 
 from __future__ import annotations
@@ -32,17 +38,20 @@ from lookahead.engine.kvcache import KVCache
 from lookahead.engine.model_runner import ModelRunner, Rows
 from lookahead.engine.query import align_tree, build_query
 
-PROBE_VERSION = 9  # bump when the engine's numerics change (cached probes of older versions are ignored)
+PROBE_VERSION = 11  # bump when the engine's numerics change (cached probes of older versions are ignored)
 USABLE_FLOOR = 16  # a floor above this would make every step as wide as 16 rows: treated as none
-_CONTEXTS = (40, 300, 700, 1000)  # cached context lengths the rows are probed over (1000: passes that
-# straddle 1024 keys, where one matmul changes how it reduces; engine/attention.py KEY_CHUNK)
+MIN_CEILING = 16  # a ceiling below this (or below max_width, if less) leaves steps too narrow: not taken
+_CONTEXTS = (40, 300, 700, 1000)  # cached context lengths the rows are probed over (passes that straddle
+# 1024 keys, where a matmul over more keys used to reduce them otherwise; engine/attention.py KEY_CHUNK)
 _MIN_CONTEXT = 8
 
 
 @dataclass(frozen=True)
 class WidthProbe:
     """floor: the width from which rows are bit-identical (None: no usable floor, e.g. unpacked float32 here);
-    max_width: the widest pass probed; diffs: width -> max |logit difference| against the widest pass."""
+    max_width: the widest pass probed; ceiling: the widest pass whose rows agree with the floor's (no exact
+    pass may be wider; None: max_width); diffs: width -> max |logit difference| of rows 0-1 against the
+    ceiling's pass."""
 
     floor: int | None
     max_width: int
@@ -59,9 +68,15 @@ class WidthProbe:
     # a tree's nodes, their keys at aligned offsets (engine/query.py align_tree), come out as the same
     # tokens do as the first chain: exact steps verify whole trees at no cost but masked keys
     aligned_exact: bool = False
+    ceiling: int | None = None
+
+    @property
+    def widest_exact(self) -> int:
+        """The most query rows one exact pass may carry (all sequences of a batched pass together)."""
+        return self.ceiling if self.ceiling is not None else self.max_width
 
     def to_dict(self) -> dict[str, object]:
-        return {"floor": self.floor, "max_width": self.max_width, "dtype": self.dtype,
+        return {"floor": self.floor, "max_width": self.max_width, "ceiling": self.ceiling, "dtype": self.dtype,
                 "exact_attention": self.exact_attention, "batch_exact": self.batch_exact,
                 "tree_exact": self.tree_exact, "aligned_exact": self.aligned_exact,
                 "gap_invariant": self.gap_invariant, "diffs": {str(k): v for k, v in sorted(self.diffs.items())}}
@@ -94,35 +109,71 @@ def probe_width_floor(model: Any, max_width: int = 64, seed: int = 0) -> WidthPr
     exact = install(model)  # the width-invariant attention, where the model takes it
     runner = ModelRunner(model, floor=None, exact_attention=exact, views=exact)
     cache = KVCache(KEY_ALIGN)
-    diffs: dict[int, float] = {}
+    prints: list[dict[int, torch.Tensor]] = []  # per context: width -> [w] fingerprints of every row
+    firsts: list[dict[int, torch.Tensor]] = []  # per context: width -> logits of rows 0-1 (for `diffs`)
     gap_invariant = tree_exact = aligned_exact = True
     for i, ctx in enumerate(contexts):
         runner.prefill(cache, tokens[cache.get_seq_length() : ctx].tolist())
         chain = tokens[ctx : ctx + max_width + 3]
-        rows: dict[int, torch.Tensor] = {}
+        prints.append({})
+        firsts.append({})
         for w in probed_widths(max_width, dense=i == 0):
             local = torch.ones(w, w, dtype=torch.bool).tril_()
             logits = runner.forward(cache, chain[:w], torch.arange(ctx, ctx + w), local, torch.arange(w))
             cache.crop(-w)
-            rows[w] = logits[: min(w, 2)].float()
-        ref = rows[max_width]
-        for w, r in rows.items():
-            diffs[w] = max(diffs.get(w, 0.0), float((r - ref[: r.shape[0]]).abs().max()))
+            prints[-1][w] = _fingerprints(logits)
+            firsts[-1][w] = logits[: min(w, 2)].float()
         gap_invariant = gap_invariant and _gap_invariant(runner, cache, chain, min(16, max_width))
         tree_exact = tree_exact and exact and _tree_exact(runner, cache, chain, min(16, max_width))
         aligned_exact = aligned_exact and exact and _tree_exact(runner, cache, chain, min(16, max_width), aligned=True)
-    floor = None
-    for w in sorted(diffs, reverse=True):
-        if w < max_width and diffs[w] == 0.0:
-            floor = w
-        elif w < max_width:
-            break
-    if floor is not None and floor > USABLE_FLOOR:
-        floor = None
+        aligned_exact = aligned_exact and _random_trees_exact(runner, cache, chain, min(MIN_CEILING, max_width), seed + i)
+    floor, ceiling = floor_and_ceiling(prints, min(MIN_CEILING, max_width))
+    aligned_exact = aligned_exact and not _reduces_keys_in_small_blocks(model)
+    diffs: dict[int, float] = {}
+    for rows in firsts:
+        ref = rows[ceiling if ceiling is not None else max_width]
+        for w, r in rows.items():
+            diffs[w] = max(diffs.get(w, 0.0), float((r - ref[: r.shape[0]]).abs().max()))
     dtype = str(next(model.parameters()).dtype).replace("torch.", "")
     batch_exact = floor is not None and _batch_invariant(runner, tokens, floor, contexts)
     return WidthProbe(floor, max_width, diffs, dtype, gap_invariant and floor is not None, exact, batch_exact,
-                      tree_exact and floor is not None, aligned_exact and floor is not None)
+                      tree_exact and floor is not None, aligned_exact and floor is not None,
+                      ceiling if ceiling != max_width else None)
+
+
+def _fingerprints(logits: torch.Tensor) -> torch.Tensor:
+    """[R, V] logits -> [R] int64: each row's bits hashed (equal rows give equal prints; unequal ones
+    collide with odds ~2^-64), so every row of every probed pass can be compared without keeping them."""
+    bits = logits.contiguous().view(torch.int16 if logits.element_size() == 2 else
+                                    torch.int32 if logits.element_size() == 4 else torch.int64).to(torch.int64)
+    weights = torch.arange(1, bits.shape[-1] + 1, dtype=torch.int64).mul_(0x9E3779B97F4A7C15 - (1 << 64)).bitwise_or_(1)
+    return (bits * weights).sum(-1)  # wraps around in int64: still a function of the bits alone
+
+
+def floor_and_ceiling(prints: list[dict[int, torch.Tensor]], least: int) -> tuple[int | None, int | None]:
+    """From every row's fingerprint per probed width (per context), the lowest usable floor and, for it,
+    the widest ceiling: every probed width in [floor, ceiling] gives each of its rows what the ceiling's
+    pass gives that row, in every context, and at least two probed widths agree (floor < ceiling).
+    Ceilings below `least` are not taken. Returns (None, None) where no floor is usable."""
+    widths = sorted(prints[0])
+    best: tuple[int, int] | None = None
+    for top in reversed(widths):
+        if top < least:
+            break
+        floor = 1
+        for per_width in prints:
+            if top not in per_width:
+                continue
+            ref, low = per_width[top], top
+            for w in sorted((w for w in per_width if w <= top), reverse=True):
+                if not torch.equal(per_width[w], ref[:w]):
+                    break
+                low = w
+            floor = max(floor, low)
+        # floor == top would compare a width only with itself: no agreement measured
+        if floor < top and floor <= USABLE_FLOOR and (best is None or floor < best[0]):
+            best = (floor, top)
+    return best if best is not None else (None, None)
 
 
 def _batch_invariant(runner: ModelRunner, tokens: torch.Tensor, floor: int, contexts: list[int]) -> bool:
@@ -174,6 +225,58 @@ def _gap_invariant(runner: ModelRunner, cache: KVCache, tokens: torch.Tensor, wi
         cache.crop(-width)
         outs.append(logits.float())
     return all(torch.equal(o, outs[0]) for o in outs[1:])
+
+
+def _reduces_keys_in_small_blocks(model: Any) -> bool:
+    """Does this device's bfloat16 matmul sum keys in blocks too small for aligned trees? On a Xeon with
+    AMX (amx_bf16), tests/test_real_model_bf16.py found a node placed 33 keys from its autoregressive
+    key (same index mod KEY_PERIOD, same KEY_BLOCK) with other logits, 1 node in ~40; with nodes kept
+    in the same 32-key block every node agreed, but hardly any branch could then be placed. The
+    probe's own tree checks passed there (the miss is rare), so the verdict is taken from the CPU. The
+    tiny test models (lookahead.testing) go by the probe's checks alone: their tests verify aligned
+    trees against autoregressive decoding token for token."""
+    from lookahead.models.dtypes import cpu_flags
+
+    if getattr(model, "_lookahead_probe_trees_only", False):
+        return False
+    return next(model.parameters()).dtype == torch.bfloat16 and "amx_bf16" in cpu_flags()
+
+
+def _random_trees_exact(runner: ModelRunner, cache: KVCache, tokens: torch.Tensor, width: int, seed: int,
+                        trees: int = 6) -> bool:
+    """Do random aligned trees (five guesses of 1-5 tokens over a 5-token vocabulary: shared prefixes,
+    branches, keys placed up to dozens of keys away) give every node what decoding its path one token at
+    a time gives it? `_tree_exact`'s fixed shapes missed a kernel that reduces keys in blocks of 32 (a
+    Xeon with AMX, bfloat16): a node placed in another 32-key block than its autoregressive key came
+    out different there."""
+    rng = torch.Generator().manual_seed(seed)
+    p = cache.get_seq_length()
+    for _ in range(trees):
+        vocab = tokens[torch.randperm(tokens.numel(), generator=rng)[:5]].tolist()
+        tree = CandidateTree()
+        for _ in range(5):
+            depth = int(torch.randint(1, 6, (1,), generator=rng))
+            tree.add([vocab[int(i)] for i in torch.randint(0, 5, (depth,), generator=rng)])
+        tree, offsets = align_tree(tree, p, KEY_PERIOD, KEY_BLOCK)
+        query = build_query(vocab[0], p, tree, None, offsets=offsets)
+        if query.width > width:  # rows past `width` could meet a ceiling: not this check's business
+            continue
+        out = runner.forward_batch(cache, [Rows(query.tokens, query.positions, query.local, query.keep, (),
+                                                query.offsets)], width)[0]
+        cache.crop(p - cache.get_seq_length())
+        for node in range(len(tree)):
+            path = [node]
+            while tree.parents[path[-1]] >= 0:
+                path.append(tree.parents[path[-1]])
+            chain = [vocab[0]] + [tree.tokens[n] for n in reversed(path)]
+            ref = None
+            for j, token in enumerate(chain):  # one token a pass, as autoregressive decoding runs (same width)
+                ref = runner.forward(cache, torch.tensor([token]), torch.tensor([p + j]),
+                                     torch.ones(1, 1, dtype=torch.bool), torch.tensor([0]), width=width)
+            cache.crop(-len(chain))
+            if not torch.equal(ref[0], out[1 + node]):  # type: ignore[index]
+                return False
+    return True
 
 
 def _tree_exact(runner: ModelRunner, cache: KVCache, tokens: torch.Tensor, width: int, aligned: bool = False) -> bool:
@@ -259,7 +362,7 @@ def _read(path: Path) -> dict[str, WidthProbe]:
     try:
         return {k: WidthProbe(v["floor"], v["max_width"], {int(w): d for w, d in v["diffs"].items()}, v["dtype"],
                               v["gap_invariant"], v["exact_attention"], v.get("batch_exact", False),
-                              v.get("tree_exact", False), v.get("aligned_exact", False))
+                              v.get("tree_exact", False), v.get("aligned_exact", False), v.get("ceiling"))
                 for k, v in read_json(path).items()}
     except (KeyError, TypeError, AttributeError, ValueError):
         return {}

@@ -56,7 +56,8 @@ class StepRunner:
         self.chain_only = exact and not self.views and not self.aligned
         self.model = ModelRunner(model, numerics.floor if exact else None,  # type: ignore[union-attr]
                                  exact_attention=exact and numerics.exact_attention,  # type: ignore[union-attr]
-                                 batch_exact=exact and numerics.batch_exact, views=self.views)  # type: ignore[union-attr]
+                                 batch_exact=exact and numerics.batch_exact, views=self.views,  # type: ignore[union-attr]
+                                 ceiling=numerics.ceiling if exact else None)  # type: ignore[union-attr]
         self.chooser = chooser
         self.top_k = top_k
         self.pad_to: Callable[[int], int] | None = None  # the width to run a pass of k rows at (cost curve)
@@ -109,7 +110,7 @@ class StepRunner:
         logits = self.model.forward_batch(cache, [Rows(x.tokens, x.positions, x.local, x.keep, x.views, x.offsets)
                                                   for x in queries], width)  # B x [K_b, V]
         spent = self.model.timer.seconds - spent
-        rows = max(q, self.model.row_floor(b), width)  # each sequence's width in the pass
+        rows = self.model.pass_width(b, q, width)  # each sequence's width in the pass
 
         outcomes = []
         for slot, (it, p, tree, query, out) in enumerate(zip(items, lengths, trees, queries, logits)):

@@ -143,10 +143,13 @@ class Request:
         return self.state.finish_reason is not None
 
     def propose(self, chain_only: bool = False, batched: bool = False,
-                verifiable: Callable[[CandidateTree, int], CandidateTree] | None = None) -> Candidates:
+                verifiable: Callable[[CandidateTree, int], CandidateTree] | None = None,
+                room: int | None = None) -> Candidates:
         """This step's draft (kept until `absorb`) as the allocator sees it (`chain_only`: the pass can
         verify one path only; `batched`: the step is shared with other requests; `verifiable`: the part of
-        a tree rooted at a position that the pass can verify, StepRunner.verifiable). A batched step runs no
+        a tree rooted at a position that the pass can verify, StepRunner.verifiable; `room`: the most rows
+        this request may have in the pass (its share of the widest exact pass; None: its widest step):
+        a draft verified as proposed is cut to fit, the Jacobi window first). A batched step runs no
         aux branch (the Jacobi window): a pass is rectangular, so its block of rows is paid once per
         request in the batch, for tokens that come (if at all) in later steps; measured on the public
         workloads, bf16, batches of 4-16 spent 2.3x the rows of plain batching and lost 8% throughput
@@ -160,6 +163,9 @@ class Request:
             tree = verifiable(draft.tree, len(self.context) - 1)  # the root sits at the cache's length
             if tree is not draft.tree:
                 draft = Draft(tree, draft.aux, draft.aux_value, draft.calibrated)
+        widest = cfg.widest_step if room is None else max(1, min(cfg.widest_step, room))
+        if not draft.calibrated:
+            draft = _cut(draft, widest)
         self.draft = draft
         aux_rows = 0 if draft.aux is None else int(draft.aux.tokens.shape[0])
         fixed = None if draft.calibrated else 1 + len(draft.tree) + aux_rows  # not calibrated: run as proposed
@@ -168,7 +174,7 @@ class Request:
         if batched and not fixed:
             aux_rows = 0  # see propose(): the window runs only for a request alone
         return Candidates(draft.tree, probs, aux_rows, draft.aux_value * r, chain_only, fixed=fixed,
-                          max_width=cfg.widest_step)
+                          max_width=widest)
 
     def item(self, plan: Allocation) -> StepItem:
         """The step's part for the pass: the draft cut to its allocation (as proposed when uncalibrated)."""
@@ -236,3 +242,17 @@ class Request:
                                   self.cfg.strategy, stats, dtype=str(self.loaded.dtype).replace("torch.", ""),
                                   width_floor=floor)
         return StepEvent(text=self.state.take_text(), token_ids=[], result=result)
+
+
+def _cut(draft: Draft, rows: int) -> Draft:
+    """`draft` within `rows` query rows (the root's among them): without its aux branch where the root
+    and the branch do not fit, then its tree's first nodes (parents come before their children)."""
+    aux = 0 if draft.aux is None else int(draft.aux.tokens.shape[0])
+    if 1 + len(draft.tree) + aux <= rows:
+        return draft
+    if 1 + aux > rows:
+        draft, aux = Draft(draft.tree, calibrated=draft.calibrated), 0
+    keep = rows - 1 - aux
+    if len(draft.tree) <= keep:
+        return draft
+    return Draft(draft.tree.subtree(range(keep)), draft.aux, draft.aux_value, draft.calibrated)

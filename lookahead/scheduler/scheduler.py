@@ -85,6 +85,11 @@ class Scheduler:
         self.probe_width = numerics.max_width if numerics is not None else 0  # widths the probe vouches for
         self.runner = StepRunner(loaded.model, None, numerics, key_views=self.config.key_views,
                                  aligned=self.config.aligned_trees)
+        model = self.runner.model
+        if model.ceiling is not None and self.config.max_batch * model.row_floor(self.config.max_batch) > model.ceiling:
+            raise ConfigError(f"{self.config.max_batch} requests of at least {model.row_floor(self.config.max_batch)} "
+                              f"rows each do not fit the widest exact pass on this device ({model.ceiling} rows, "
+                              "engine/numerics.py): lower max_batch, or pass exact=False to run unpadded")
         self.curve = device_costs(loaded, self.runner)
         self.cache = self.runner.new_cache(self.config.max_batch)
         self.active: list[Request] = []  # active[i] lives in cache slot i
@@ -122,9 +127,13 @@ class Scheduler:
         padding must not change under the requests already decoding."""
         numerics = width_probe(self.loaded.model, width)
         model = self.runner.model
-        if (numerics.floor, numerics.batch_exact) != (model.floor, model.batch_exact) and model.floor is not None:
+        if model.floor is not None and ((numerics.floor, numerics.batch_exact) != (model.floor, model.batch_exact)
+                                        or numerics.widest_exact < (model.ceiling or self.probe_width)):
             raise RuntimeError(f"probing {width}-row steps moved the width floor from {model.floor} to "
-                               f"{numerics.floor}; start the scheduler with widest >= {width}")
+                               f"{numerics.floor} (widest exact pass {numerics.widest_exact} rows); start the "
+                               f"scheduler with widest >= {width}")
+        if model.floor is not None:
+            model.ceiling = numerics.ceiling
         self.probe_width = numerics.max_width
 
     def remove(self, request: Request) -> None:
@@ -144,12 +153,15 @@ class Scheduler:
             return []
         batch = len(self.active)
         # 2. Propose.
-        wanted = [r.propose(self.runner.chain_only, batched=batch > 1, verifiable=self.runner.verifiable)
+        ceiling = self.runner.model.ceiling  # the widest exact pass (engine/numerics.py; None: no limit)
+        room = None if ceiling is None else ceiling // batch  # a pass is rectangular: batch x room rows at most
+        wanted = [r.propose(self.runner.chain_only, batched=batch > 1, verifiable=self.runner.verifiable, room=room)
                   for r in self.active]
         # 3. Allocate one budget across the batch.
         widest = max(c.max_width for c in wanted)
+        max_rows = self.config.max_rows if ceiling is None else min(self.config.max_rows or ceiling, ceiling)
         plans = allocate_batch(wanted, self.curve, max_width=max(widest, max(c.fixed or 1 for c in wanted)),
-                               max_rows=self.config.max_rows,
+                               max_rows=max_rows,
                                views_cost=self.curve.with_views if self.runner.views else None)
         items = [r.item(plan) for r, plan in zip(self.active, plans)]
         # rows up to a cheaper width are free, but never wider than the requests' own widest steps

@@ -72,3 +72,23 @@ def spy_aligned_branches(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(KVCache, "place", spy)
     return calls
+
+
+class WidthDependent(torch.nn.Module):
+    """Adds `scale` to every hidden state when the pass has fewer than `below` rows or more than `above`
+    (or always a width-dependent amount when below is None): a planted kernel that is not width-invariant."""
+
+    def __init__(self, below: int | None, scale: float, total: bool = False, above: int | None = None) -> None:
+        super().__init__()
+        self.below, self.scale, self.total, self.above = below, scale, total, above
+        self.widest = 0  # the most rows a pass had
+
+    def hook(self, module: torch.nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
+        # rows of one sequence, or (total) of the whole pass, as a matmul kernel choosing by M would see
+        rows = output.shape[1] * (output.shape[0] if self.total else 1)
+        self.widest = max(self.widest, rows)
+        if self.below is None:
+            return output + self.scale * rows
+        if self.above is not None and rows > self.above:
+            return output + self.scale
+        return output + self.scale if rows < self.below else output

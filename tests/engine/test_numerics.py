@@ -13,11 +13,11 @@ from lookahead import LookaheadConfig, SamplingConfig
 from lookahead.engine.attention import install
 from lookahead.engine.kvcache import KVCache
 from lookahead.engine.model_runner import ModelRunner
-from lookahead.engine.numerics import KEY_ALIGN, floor_and_ceiling, probe_width_floor, width_probe
+from lookahead.engine.numerics import KEY_ALIGN, probe_width_floor, width_probe
 from lookahead.errors import ConfigError
 from lookahead.testing import ARCHS, tiny_model
 
-from .helpers import model64, prompts, spy_aligned_branches, spy_key_views
+from .helpers import WidthDependent, model64, prompts, spy_aligned_branches, spy_key_views
 
 
 @functools.lru_cache(maxsize=None)
@@ -76,29 +76,9 @@ def test_float64_models_probe_as_width_invariant() -> None:
     assert probe.exact_attention and probe.gap_invariant and probe.tree_exact
 
 
-class _WidthDependent(torch.nn.Module):
-    """Adds `scale` to every hidden state when the pass has fewer than `below` rows or more than `above`
-    (or always a width-dependent amount when below is None): a planted kernel that is not width-invariant."""
-
-    def __init__(self, below: int | None, scale: float, total: bool = False, above: int | None = None) -> None:
-        super().__init__()
-        self.below, self.scale, self.total, self.above = below, scale, total, above
-        self.widest = 0  # the most rows a pass had
-
-    def hook(self, module: torch.nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
-        # rows of one sequence, or (total) of the whole pass, as a matmul kernel choosing by M would see
-        rows = output.shape[1] * (output.shape[0] if self.total else 1)
-        self.widest = max(self.widest, rows)
-        if self.below is None:
-            return output + self.scale * rows
-        if self.above is not None and rows > self.above:
-            return output + self.scale
-        return output + self.scale if rows < self.below else output
-
-
 def _planted(below: int | None, total: bool = False) -> lookahead.LoadedModel:
     lm = tiny_model("llama", dtype=torch.float64, seed=2)
-    lm.model.model.norm.register_forward_hook(_WidthDependent(below, 1e-3, total).hook)
+    lm.model.model.norm.register_forward_hook(WidthDependent(below, 1e-3, total).hook)
     return lm
 
 
@@ -108,103 +88,10 @@ def test_probe_finds_a_planted_floor() -> None:
     assert all(probe.diffs[w] > 0 for w in (1, 2, 3, 4)) and all(probe.diffs[w] == 0 for w in probe.diffs if w >= 5)
 
 
-def _planted_ceiling(above: int) -> tuple[lookahead.LoadedModel, _WidthDependent]:
-    """A kernel that takes another path in passes of more than `above` rows, all sequences together (as
-    oneDNN's bfloat16 linears did from 33 rows on a Xeon with AMX)."""
-    lm = tiny_model("llama", dtype=torch.float64, seed=2)
-    planted = _WidthDependent(1, 1e-3, total=True, above=above)
-    lm.model.model.norm.register_forward_hook(planted.hook)
-    return lm, planted
-
-
-def test_floor_and_ceiling_from_row_fingerprints() -> None:
-    # Hand-made fingerprints per probed width (one tensor per context, one entry per row). The floor is
-    # the lowest width from which every width up to the ceiling agrees with the ceiling's rows; among
-    # ceilings (at least min(MIN_CEILING, max_width) wide) the one with the lowest floor, then the widest.
-    def ctx(*rows: list[int]) -> dict[int, torch.Tensor]:
-        return {len(r): torch.tensor(r) for r in rows}
-
-    # every width agrees: floor 1, ceiling the widest probed
-    assert floor_and_ceiling([ctx([7], [7, 8], [7, 8, 9], [7, 8, 9, 5])], 4) == (1, 4)
-    # width 1 computes its row otherwise (a one-row kernel): floor 2
-    assert floor_and_ceiling([ctx([6], [7, 8], [7, 8, 9], [7, 8, 9, 5])], 4) == (2, 4)
-    # widths 3-4 take another path (row 1 changes there): floor 1 holds up to 2, and 3-4 agree only from
-    # 3, so the lowest floor wins with the narrower ceiling where a ceiling of 2 is wide enough ...
-    assert floor_and_ceiling([ctx([7], [7, 8], [7, 4, 9], [7, 4, 9, 5])], 2) == (1, 2)
-    # ... and where ceilings must be at least 4 wide, floor 3
-    assert floor_and_ceiling([ctx([7], [7, 8], [7, 4, 9], [7, 4, 9, 5])], 4) == (3, 4)
-    # a second context where width 2 differs raises the floor for every ceiling
-    assert floor_and_ceiling([ctx([7], [7, 8], [7, 8, 9], [7, 8, 9, 5]),
-                              ctx([1], [2, 2], [1, 2, 3], [1, 2, 3, 4])], 4) == (3, 4)
-    # no width agrees with a wider one: no floor (a width compared only with itself proves nothing)
-    assert floor_and_ceiling([ctx([1], [2, 2], [3, 3, 3], [4, 4, 4, 4])], 4) == (None, None)
-    # widths agree only from 18 on: a floor above USABLE_FLOOR (16) is none
-    assert floor_and_ceiling([ctx(*[[w] * w for w in range(1, 18)], *[[0] * w for w in (18, 19, 20)])], 16) \
-        == (None, None)
-
-
-def test_probe_finds_a_planted_ceiling_and_steps_stay_under_it() -> None:
-    # Rows change in passes of more than 20 rows: widths 24, 31, 32 agree among themselves but only from
-    # 24 on (a floor too high to use), so the probe takes the model's own floor (<= 4, see above) with
-    # ceiling 17 (the widest probed width <= 20), and the engine never runs an exact pass wider, even
-    # for drafts verified as proposed.
-    lm, planted = _planted_ceiling(20)
-    probe = probe_width_floor(lm.model, max_width=32)
-    assert probe.floor is not None and probe.floor <= 4 and (probe.ceiling, probe.widest_exact) == (17, 17), probe
-    assert all(probe.diffs[w] == 0 for w in probe.diffs if w <= 17) and probe.diffs[24] > 0
-    wide = LookaheadConfig(4, 4, 4)
-    assert wide.query_tokens > 17  # steps would go wider than the ceiling if let
-    accepted = 0
-    for i, text in enumerate(prompts(6)):
-        ids = lm.encode(text, raw=True)[:12]  # prompts shorter than the ceiling: the prefill is a pass too
-        ar = lookahead.generate(lm, ids, max_new_tokens=24, strategy="autoregressive")
-        planted.widest = 0
-        la = lookahead.generate(lm, ids, max_new_tokens=24, lookahead=wide, adaptive=i % 2 == 0)
-        assert la.token_ids == ar.token_ids, f"prompt {i}"
-        assert la.width_floor == probe.floor and probe.floor < planted.widest <= 17, planted.widest
-        accepted += la.stats.guesses_accepted
-    assert accepted > 0, "no guess was accepted: the test would prove nothing"
-
-
-def test_batched_passes_share_the_ceiling() -> None:
-    # A batch of B requests gets ceiling // B rows each (a pass is rectangular); a batch that cannot fit
-    # its requests' floor rows under the ceiling is refused with what to do.
-    from lookahead.config import GenerationConfig
-    from lookahead.scheduler.request import Request
-    from lookahead.scheduler.scheduler import Scheduler, SchedulerConfig
-
-    from ..scheduler.helpers import drain
-
-    lm, planted = _planted_ceiling(20)
-    texts = [t for t in prompts(4)]
-    ids = [lm.encode(t, raw=True)[:8] for t in texts]
-    alone = [lookahead.generate(lm, x, max_new_tokens=16).token_ids for x in ids]
-    scheduler = Scheduler(lm, SchedulerConfig(max_batch=4))
-    assert scheduler.runner.model.ceiling is not None and scheduler.runner.model.ceiling <= 20
-    planted.widest = 0
-    requests = [Request(lm, x, GenerationConfig(max_new_tokens=16)) for x in ids]
-    for r in requests:
-        scheduler.add(r)
-    done = drain(scheduler)
-    assert [done[id(r)] for r in requests] == alone
-    assert planted.widest <= scheduler.runner.model.ceiling
-    with pytest.raises(ConfigError, match="widest exact pass"):
-        Scheduler(lm, SchedulerConfig(max_batch=scheduler.runner.model.ceiling + 1))
-
-
-def test_a_pass_wider_than_the_ceiling_is_refused_and_padding_stops_there() -> None:
-    runner = ModelRunner(model64("llama").model, floor=1, ceiling=12)
-    assert runner.pass_width(1, 5) == 5
-    assert runner.pass_width(2, 3, width=10) == 6  # padding toward a cheaper width stops at 12 rows in all
-    assert runner.pass_width(1, 12, width=16) == 12
-    with pytest.raises(ValueError, match="widest exact pass"):
-        runner.pass_width(2, 7)
-
-
 def _planted16(below: int, total: bool) -> lookahead.LoadedModel:
     """bfloat16 (the tiny models' batched rows are bit-identical there; float64 batched matmuls are not)."""
     lm = tiny_model("llama", dtype=torch.bfloat16, seed=1)
-    lm.model.model.norm.register_forward_hook(_WidthDependent(below, 1.0, total).hook)
+    lm.model.model.norm.register_forward_hook(WidthDependent(below, 1.0, total).hook)
     return lm
 
 

@@ -35,7 +35,10 @@ VERSION = 1
 
 def measure_batches(runner: StepRunner, vocab: int, batches: Sequence[int] = BATCHES, repeats: int = 3,
                     context: int = MEASURE_CONTEXT) -> dict[int, float]:
-    """Median seconds of one pass over B sequences (one row each, `context` cached tokens each)."""
+    """Median seconds of one pass over B sequences (one row each, `context` cached tokens each); batches
+    whose pass would be wider than the runner's ceiling (engine/numerics.py) are not timed."""
+    model = runner.model
+    batches = [b for b in batches if model.ceiling is None or b * model.row_floor(b) <= model.ceiling] or [1]
     gen = torch.Generator().manual_seed(0)
     cache = runner.new_cache(max(batches))
     for slot in range(max(batches)):

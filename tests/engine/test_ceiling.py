@@ -107,3 +107,19 @@ def test_a_pass_wider_than_the_ceiling_is_refused_and_padding_stops_there() -> N
     assert runner.pass_width(1, 12, width=16) == 12
     with pytest.raises(ValueError, match="widest exact pass"):
         runner.pass_width(2, 7)
+
+
+def test_batch_timings_skip_batches_wider_than_the_ceiling() -> None:
+    # the server's default batch size is timed over batches of one-row sequences: a batch of 16 or 32
+    # would be a pass wider than a ceiling of 12, which the model runner refuses, so it is not timed
+    from lookahead.engine.numerics import WidthProbe
+    from lookahead.engine.step import StepRunner
+    from lookahead.scheduler.batch_costs import measure_batches
+
+    lm = model64("llama")
+    probe = WidthProbe(floor=1, max_width=32, diffs={}, dtype="float64", ceiling=12)
+    runner = StepRunner(lm.model, None, probe)
+    assert runner.model.ceiling == 12
+    seconds = measure_batches(runner, lm.model.get_output_embeddings().weight.shape[0], batches=(1, 4, 8, 16, 32),
+                              repeats=1, context=16)
+    assert sorted(seconds) == [1, 4, 8]

@@ -214,14 +214,15 @@ def cost_curve(model: Any, runner: Any, cache_file: Path | None = None, cache_ke
     random-weight test models, `flat=True` in lookahead.testing) gets the flat curve. `remeasure`:
     measure now and overwrite what is stored (`lookahead profile`)."""
     per_model = _CURVES.setdefault(model, {})
-    kind = (runner.floor, runner.exact_attention, getattr(runner, "views", False))
+    quantum = getattr(runner, "quantum", 1)
+    kind = (runner.floor, runner.exact_attention, getattr(runner, "views", False), quantum)
     if kind in per_model and not remeasure:
         return per_model[kind]
     if getattr(model, "_lookahead_flat_costs", False):
         curve = CostCurve.flat(runner.floor)
     else:
         key = (f"{cache_key}|floor={runner.floor}|exact={runner.exact_attention}|views={getattr(runner, 'views', False)}"
-               f"|v{CURVE_VERSION}")
+               f"|quantum={quantum}|v{CURVE_VERSION}")
         stored = read_json(cache_file).get(key) if cache_file is not None and not remeasure else None
         try:
             curve = CostCurve.from_json(stored, runner.floor)  # type: ignore[arg-type]

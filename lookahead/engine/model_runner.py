@@ -84,15 +84,19 @@ class ModelRunner:
     that sequences batched into a pass of >= floor rows need no padding of their own. `views`: passes
     compute tree branches over key views (Rows.views; needs the exact attention). `ceiling`: the most query
     rows one pass may carry, all sequences together (engine/numerics.py: wider passes compute rows
-    otherwise; None: no limit); padding stops there, and a pass that needs more rows is refused."""
+    otherwise; None: no limit); padding stops there, and a pass that needs more rows is refused.
+    `quantum`: each sequence's rows (and the logit rows) are padded to a multiple of this (the probe's
+    quantum: rows past the last full block of a matmul came out otherwise)."""
 
     def __init__(self, model: Any, floor: int | None = None, exact_attention: bool = False,
-                 batch_exact: bool = False, views: bool = False, ceiling: int | None = None) -> None:
+                 batch_exact: bool = False, views: bool = False, ceiling: int | None = None,
+                 quantum: int = 1) -> None:
         if views and not exact_attention:
             raise ValueError("key views need the exact attention (engine/attention.py)")
         self.model = model
         self.floor = floor
         self.ceiling = ceiling
+        self.quantum = quantum
         self.batch_exact = batch_exact
         self.exact_attention = exact_attention
         self.views = views
@@ -107,17 +111,32 @@ class ModelRunner:
         probe found batching exact, the floor shared among the batch."""
         if not self.floor:
             return 1
-        return -(-self.floor // batch) if self.batch_exact else self.floor
+        return self.whole(-(-self.floor // batch) if self.batch_exact else self.floor)
+
+    def whole(self, rows: int) -> int:
+        """`rows` rounded up to a multiple of the quantum."""
+        return -(-rows // self.quantum) * self.quantum
+
+    def room(self, batch: int) -> int | None:
+        """The most rows each of `batch` sequences may carry within the ceiling (None: no limit)."""
+        return None if self.ceiling is None else self.ceiling // batch // self.quantum * self.quantum
+
+    def fits(self, batch: int) -> bool:
+        """Can `batch` sequences, each at its fewest rows, share one exact pass within the ceiling?"""
+        room = self.room(batch)
+        return room is None or self.row_floor(batch) <= room
 
     def pass_width(self, batch: int, rows: int, width: int = 0) -> int:
         """The rows each of `batch` sequences carries in a pass whose widest has `rows` real rows, asked
-        to run at least `width` wide: at least the floor, padded up to `width` within the ceiling."""
-        q = max(rows, self.row_floor(batch))
-        if self.ceiling is not None and batch * q > self.ceiling:
+        to run at least `width` wide: at least the floor, a multiple of the quantum, padded up to `width`
+        within the ceiling."""
+        q = self.whole(max(rows, self.row_floor(batch)))
+        room = self.room(batch)
+        if room is not None and q > room:
             raise ValueError(f"a pass of {batch} x {q} query rows is wider than the widest exact pass "
                              f"({self.ceiling} rows, engine/numerics.py): size steps within it (the scheduler "
                              "does) or run unpadded")
-        return max(q, min(width, self.ceiling // batch) if self.ceiling is not None else width)
+        return max(q, self.whole(width) if room is None else min(self.whole(width), room))
 
     def forward(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor, local: torch.Tensor,
                 keep: torch.Tensor, width: int = 0) -> torch.Tensor:
@@ -142,12 +161,14 @@ class ModelRunner:
         # a fused pass (a prompt's prefill) claims no exact rows: the ceiling is for the exact ones
         q = max(widest, least, width) if fused else self.pass_width(len(parts), widest, width)
         padded = [p.padded(q) for p in parts]
-        # Logit rows: every row some part keeps; the LM head gets >= floor rows (engine/numerics.py).
+        # Logit rows: every row some part keeps; the LM head gets >= floor rows, a multiple of the quantum
+        # (engine/numerics.py).
         kept = torch.zeros(q, dtype=torch.bool)
         for p in parts:
             kept[p.keep] = True
-        if int(kept.sum()) < least:
-            kept[torch.nonzero(~kept).flatten()[: least - int(kept.sum())]] = True
+        need = max(least, self.whole(int(kept.sum()))) if not fused else least
+        if int(kept.sum()) < need:
+            kept[torch.nonzero(~kept).flatten()[: need - int(kept.sum())]] = True
         rows = torch.nonzero(kept).flatten()  # [R] ascending
         in_order = torch.arange(q)
         # some keys go to chosen offsets (engine/query.py align_tree; a chain's offsets are in order)

@@ -14,6 +14,10 @@ gave other rows from 33 rows on than at 1-32, so no floor reached the widest pas
 a ceiling, the widest pass that agrees with the floor, and the engine never runs an exact pass wider
 (engine/model_runner.py; the allocator sizes steps within it, scheduler/scheduler.py).
 
+And a kernel may compute the rows past its last full block of rows otherwise: on Zen 4, MKL's float64
+matmuls gave a pass's last w % 4 rows other last bits than the same rows in a pass of a multiple of 4. So
+the probe also finds a quantum, and the engine runs every exact pass at a multiple of it.
+
 The probe prefills a random context, then runs a contiguous chain of w tokens for each probed width w
 (every w up to 16, then a spread up to `max_width`), reading every row's logits, and compares every row
 with the same row of a wider pass. The floor is the smallest w from which every probed width up to the
@@ -38,7 +42,7 @@ from lookahead.engine.kvcache import KVCache
 from lookahead.engine.model_runner import ModelRunner, Rows
 from lookahead.engine.query import align_tree, build_query
 
-PROBE_VERSION = 11  # bump when the engine's numerics change (cached probes of older versions are ignored)
+PROBE_VERSION = 12  # bump when the engine's numerics change (cached probes of older versions are ignored)
 USABLE_FLOOR = 16  # a floor above this would make every step as wide as 16 rows: treated as none
 MIN_CEILING = 16  # a ceiling below this (or below max_width, if less) leaves steps too narrow: not taken
 _CONTEXTS = (40, 300, 700, 1000)  # cached context lengths the rows are probed over (passes that straddle
@@ -69,6 +73,9 @@ class WidthProbe:
     # tokens do as the first chain: exact steps verify whole trees at no cost but masked keys
     aligned_exact: bool = False
     ceiling: int | None = None
+    # passes run at a multiple of this many rows: rows past the last full block of `quantum` rows came out
+    # otherwise (MKL's float64 matmuls on Zen 4 compute a pass's last w % 4 rows with other kernels)
+    quantum: int = 1
 
     @property
     def widest_exact(self) -> int:
@@ -79,7 +86,7 @@ class WidthProbe:
         return {"floor": self.floor, "max_width": self.max_width, "ceiling": self.ceiling, "dtype": self.dtype,
                 "exact_attention": self.exact_attention, "batch_exact": self.batch_exact,
                 "tree_exact": self.tree_exact, "aligned_exact": self.aligned_exact,
-                "gap_invariant": self.gap_invariant, "diffs": {str(k): v for k, v in sorted(self.diffs.items())}}
+                "gap_invariant": self.gap_invariant, "quantum": self.quantum, "diffs": {str(k): v for k, v in sorted(self.diffs.items())}}
 
 
 def probed_widths(max_width: int, dense: bool = True) -> list[int]:
@@ -127,7 +134,7 @@ def probe_width_floor(model: Any, max_width: int = 64, seed: int = 0) -> WidthPr
         tree_exact = tree_exact and exact and _tree_exact(runner, cache, chain, min(16, max_width))
         aligned_exact = aligned_exact and exact and _tree_exact(runner, cache, chain, min(16, max_width), aligned=True)
         aligned_exact = aligned_exact and _random_trees_exact(runner, cache, chain, min(MIN_CEILING, max_width), seed + i)
-    floor, ceiling = floor_and_ceiling(prints, min(MIN_CEILING, max_width))
+    floor, ceiling, quantum = row_rule(prints, min(MIN_CEILING, max_width))
     aligned_exact = aligned_exact and not _reduces_keys_in_small_blocks(model)
     diffs: dict[int, float] = {}
     for rows in firsts:
@@ -135,10 +142,10 @@ def probe_width_floor(model: Any, max_width: int = 64, seed: int = 0) -> WidthPr
         for w, r in rows.items():
             diffs[w] = max(diffs.get(w, 0.0), float((r - ref[: r.shape[0]]).abs().max()))
     dtype = str(next(model.parameters()).dtype).replace("torch.", "")
-    batch_exact = floor is not None and _batch_invariant(runner, tokens, floor, contexts)
+    batch_exact = floor is not None and quantum == 1 and _batch_invariant(runner, tokens, floor, contexts)
     return WidthProbe(floor, max_width, diffs, dtype, gap_invariant and floor is not None, exact, batch_exact,
                       tree_exact and floor is not None, aligned_exact and floor is not None,
-                      ceiling if ceiling != max_width else None)
+                      ceiling if ceiling != max_width else None, quantum)
 
 
 def _fingerprints(logits: torch.Tensor) -> torch.Tensor:
@@ -150,12 +157,29 @@ def _fingerprints(logits: torch.Tensor) -> torch.Tensor:
     return (bits * weights).sum(-1)  # wraps around in int64: still a function of the bits alone
 
 
-def floor_and_ceiling(prints: list[dict[int, torch.Tensor]], least: int) -> tuple[int | None, int | None]:
+QUANTA = (1, 2, 4, 8)  # row multiples the probe tries (engine/model_runner.py pads passes to one)
+
+
+def row_rule(prints: list[dict[int, torch.Tensor]], least: int) -> tuple[int | None, int | None, int]:
+    """(floor, ceiling, quantum): of `floor_and_ceiling` under each quantum of QUANTA, the lowest floor, then
+    the widest ceiling, then the smallest quantum. On Zen 4, MKL's float64 matmuls gave a pass's last
+    w % 4 rows other last bits than the same rows in a pass of a multiple of 4: (16, 17) under quantum 1,
+    (4, none) under 4. Returns (None, None, 1) where no quantum gives a usable floor."""
+    found = [(*floor_and_ceiling(prints, least, q), q) for q in QUANTA]
+    usable = [(f, c, q) for f, c, q in found if f is not None and c is not None]
+    if not usable:
+        return None, None, 1
+    return min(usable, key=lambda r: (r[0], -r[1], r[2]))
+
+
+def floor_and_ceiling(prints: list[dict[int, torch.Tensor]], least: int,
+                      quantum: int = 1) -> tuple[int | None, int | None]:
     """From every row's fingerprint per probed width (per context), the lowest usable floor and, for it,
     the widest ceiling: every probed width in [floor, ceiling] gives each of its rows what the ceiling's
     pass gives that row, in every context, and at least two probed widths agree (floor < ceiling).
-    Ceilings below `least` are not taken. Returns (None, None) where no floor is usable."""
-    widths = sorted(prints[0])
+    Only widths that are multiples of `quantum` count (passes are padded to one). Ceilings below `least`
+    are not taken. Returns (None, None) where no floor is usable."""
+    widths = sorted(w for w in prints[0] if w % quantum == 0)
     best: tuple[int, int] | None = None
     for top in reversed(widths):
         if top < least:
@@ -165,7 +189,7 @@ def floor_and_ceiling(prints: list[dict[int, torch.Tensor]], least: int) -> tupl
             if top not in per_width:
                 continue
             ref, low = per_width[top], top
-            for w in sorted((w for w in per_width if w <= top), reverse=True):
+            for w in sorted((w for w in per_width if w <= top and w % quantum == 0), reverse=True):
                 if not torch.equal(per_width[w], ref[:w]):
                     break
                 low = w
@@ -362,7 +386,8 @@ def _read(path: Path) -> dict[str, WidthProbe]:
     try:
         return {k: WidthProbe(v["floor"], v["max_width"], {int(w): d for w, d in v["diffs"].items()}, v["dtype"],
                               v["gap_invariant"], v["exact_attention"], v.get("batch_exact", False),
-                              v.get("tree_exact", False), v.get("aligned_exact", False), v.get("ceiling"))
+                              v.get("tree_exact", False), v.get("aligned_exact", False), v.get("ceiling"),
+                              v.get("quantum", 1))
                 for k, v in read_json(path).items()}
     except (KeyError, TypeError, AttributeError, ValueError):
         return {}

@@ -57,7 +57,8 @@ class StepRunner:
         self.model = ModelRunner(model, numerics.floor if exact else None,  # type: ignore[union-attr]
                                  exact_attention=exact and numerics.exact_attention,  # type: ignore[union-attr]
                                  batch_exact=exact and numerics.batch_exact, views=self.views,  # type: ignore[union-attr]
-                                 ceiling=numerics.ceiling if exact else None)  # type: ignore[union-attr]
+                                 ceiling=numerics.ceiling if exact else None,  # type: ignore[union-attr]
+                                 quantum=numerics.quantum if exact else 1)  # type: ignore[union-attr]
         self.chooser = chooser
         self.top_k = top_k
         self.pad_to: Callable[[int], int] | None = None  # the width to run a pass of k rows at (cost curve)

@@ -38,7 +38,7 @@ def measure_batches(runner: StepRunner, vocab: int, batches: Sequence[int] = BAT
     """Median seconds of one pass over B sequences (one row each, `context` cached tokens each); batches
     whose pass would be wider than the runner's ceiling (engine/numerics.py) are not timed."""
     model = runner.model
-    batches = [b for b in batches if model.ceiling is None or b * model.row_floor(b) <= model.ceiling] or [1]
+    batches = [b for b in batches if model.fits(b)] or [1]
     gen = torch.Generator().manual_seed(0)
     cache = runner.new_cache(max(batches))
     for slot in range(max(batches)):

@@ -86,7 +86,7 @@ class Scheduler:
         self.runner = StepRunner(loaded.model, None, numerics, key_views=self.config.key_views,
                                  aligned=self.config.aligned_trees)
         model = self.runner.model
-        if model.ceiling is not None and self.config.max_batch * model.row_floor(self.config.max_batch) > model.ceiling:
+        if not model.fits(self.config.max_batch):
             raise ConfigError(f"{self.config.max_batch} requests of at least {model.row_floor(self.config.max_batch)} "
                               f"rows each do not fit the widest exact pass on this device ({model.ceiling} rows, "
                               "engine/numerics.py): lower max_batch, or pass exact=False to run unpadded")
@@ -127,7 +127,8 @@ class Scheduler:
         padding must not change under the requests already decoding."""
         numerics = width_probe(self.loaded.model, width)
         model = self.runner.model
-        if model.floor is not None and ((numerics.floor, numerics.batch_exact) != (model.floor, model.batch_exact)
+        if model.floor is not None and ((numerics.floor, numerics.batch_exact, numerics.quantum)
+                                        != (model.floor, model.batch_exact, model.quantum)
                                         or numerics.widest_exact < (model.ceiling or self.probe_width)):
             raise RuntimeError(f"probing {width}-row steps moved the width floor from {model.floor} to "
                                f"{numerics.floor} (widest exact pass {numerics.widest_exact} rows); start the "
@@ -154,7 +155,7 @@ class Scheduler:
         batch = len(self.active)
         # 2. Propose.
         ceiling = self.runner.model.ceiling  # the widest exact pass (engine/numerics.py; None: no limit)
-        room = None if ceiling is None else ceiling // batch  # a pass is rectangular: batch x room rows at most
+        room = self.runner.model.room(batch)  # a pass is rectangular: batch x room rows at most
         wanted = [r.propose(self.runner.chain_only, batched=batch > 1, verifiable=self.runner.verifiable, room=room)
                   for r in self.active]
         # 3. Allocate one budget across the batch.

@@ -9,7 +9,7 @@ import torch
 import lookahead
 from lookahead import LookaheadConfig
 from lookahead.engine.model_runner import ModelRunner
-from lookahead.engine.numerics import floor_and_ceiling, probe_width_floor
+from lookahead.engine.numerics import floor_and_ceiling, probe_width_floor, row_rule
 from lookahead.errors import ConfigError
 from lookahead.testing import tiny_model
 
@@ -51,14 +51,30 @@ def test_floor_and_ceiling_from_row_fingerprints() -> None:
         == (None, None)
 
 
+def test_row_rule_pads_to_the_quantum_that_gives_the_lowest_floor() -> None:
+    # A pass's last w % 2 rows take another kernel (-1 here; a full pair's rows are 0, 1, ...), as MKL's
+    # float64 matmuls did with w % 4 on Zen 4. Every row compared, widths 1-8: under quantum 1 an even
+    # width agrees only with the odd width after it (4 with 5: floor 4, ceiling 5); counting only even
+    # widths, 2, 4, 6 and 8 all agree: floor 2, ceiling 8, passes padded to even widths. The lower floor wins.
+    prints = [{w: torch.tensor(list(range(w - w % 2)) + [-1] * (w % 2)) for w in range(1, 9)}]
+    assert floor_and_ceiling(prints, 4) == (4, 5)
+    assert floor_and_ceiling(prints, 4, quantum=2) == (2, 8)
+    assert row_rule(prints, 4) == (2, 8, 2)
+    # rows that agree at every width: quantum 1 (the smallest of equals)
+    assert row_rule([{w: torch.arange(w) for w in range(1, 9)}], 4) == (1, 8, 1)
+    # no quantum gives a usable floor
+    assert row_rule([{w: torch.full((w,), w) for w in range(1, 9)}], 4) == (None, None, 1)
+
+
 def test_probe_finds_a_planted_ceiling_and_steps_stay_under_it() -> None:
     # Rows change in passes of more than 20 rows: widths 24, 31, 32 agree among themselves but only from
     # 24 on (a floor too high to use), so the probe takes the model's own floor (<= 4, see above) with
-    # ceiling 17 (the widest probed width <= 20), and the engine never runs an exact pass wider, even
-    # for drafts verified as proposed.
+    # ceiling 17 (the widest probed width <= 20; 16 where passes run at multiples of 4), and the engine
+    # never runs an exact pass wider, even for drafts verified as proposed.
     lm, planted = _planted_ceiling(20)
     probe = probe_width_floor(lm.model, max_width=32)
-    assert probe.floor is not None and probe.floor <= 4 and (probe.ceiling, probe.widest_exact) == (17, 17), probe
+    assert probe.floor is not None and probe.floor <= 4, probe
+    assert probe.ceiling == probe.widest_exact and probe.ceiling in (16, 17) and probe.ceiling % probe.quantum == 0
     assert all(probe.diffs[w] == 0 for w in probe.diffs if w <= 17) and probe.diffs[24] > 0
     wide = LookaheadConfig(4, 4, 4)
     assert wide.query_tokens > 17  # steps would go wider than the ceiling if let
@@ -69,7 +85,7 @@ def test_probe_finds_a_planted_ceiling_and_steps_stay_under_it() -> None:
         planted.widest = 0
         la = lookahead.generate(lm, ids, max_new_tokens=24, lookahead=wide, adaptive=i % 2 == 0)
         assert la.token_ids == ar.token_ids, f"prompt {i}"
-        assert la.width_floor == probe.floor and probe.floor < planted.widest <= 17, planted.widest
+        assert la.width_floor == probe.floor and probe.floor < planted.widest <= probe.ceiling, planted.widest
         accepted += la.stats.guesses_accepted
     assert accepted > 0, "no guess was accepted: the test would prove nothing"
 
@@ -107,6 +123,16 @@ def test_a_pass_wider_than_the_ceiling_is_refused_and_padding_stops_there() -> N
     assert runner.pass_width(1, 12, width=16) == 12
     with pytest.raises(ValueError, match="widest exact pass"):
         runner.pass_width(2, 7)
+
+
+def test_passes_run_at_multiples_of_the_quantum_within_the_ceiling() -> None:
+    runner = ModelRunner(model64("llama").model, floor=4, ceiling=17, quantum=4)
+    assert runner.pass_width(1, 2) == 4  # the floor
+    assert runner.pass_width(1, 5) == 8  # 5 real rows: a pass of 8
+    assert runner.room(1) == 16 and runner.room(2) == 8  # within 17 rows, in multiples of 4
+    assert runner.pass_width(2, 3, width=10) == 8  # padding toward 12 stops at 8 a sequence (16 in all)
+    with pytest.raises(ValueError, match="widest exact pass"):
+        runner.pass_width(1, 17)  # a pass of 20 rows
 
 
 def test_batch_timings_skip_batches_wider_than_the_ceiling() -> None:

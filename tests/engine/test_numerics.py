@@ -70,9 +70,11 @@ def test_bf16_aligned_trees_equal_bf16_autoregressive(arch: str, monkeypatch: py
 def test_float64_models_probe_as_width_invariant() -> None:
     # float64 with the exact attention: every width from a small floor computes every row the same. MKL's
     # float64 matmuls computed rows of passes under 4 rows in other last bits on a Xeon with AMX (1e-16;
-    # seen once every row of every pass was compared, not just the first two), so the floor may be up to 4.
+    # seen once every row of every pass was compared, not just the first two), so the floor may be up to 4;
+    # on Zen 4 they computed a pass's last w % 4 rows otherwise, so passes there run at multiples of 4.
     probe = width_probe(model64("llama").model)
     assert probe.floor is not None and probe.floor <= 4 and probe.ceiling is None, probe
+    assert probe.quantum in (1, 2, 4) and probe.floor % probe.quantum == 0, probe
     assert probe.exact_attention and probe.gap_invariant and probe.tree_exact
 
 
@@ -83,9 +85,10 @@ def _planted(below: int | None, total: bool = False) -> lookahead.LoadedModel:
 
 
 def test_probe_finds_a_planted_floor() -> None:
-    probe = probe_width_floor(_planted(5).model, max_width=24)
-    assert probe.floor == 5
-    assert all(probe.diffs[w] > 0 for w in (1, 2, 3, 4)) and all(probe.diffs[w] == 0 for w in probe.diffs if w >= 5)
+    # planted at 8, a multiple of every quantum the float64 models take (see above): the floor is 8 whatever it is
+    probe = probe_width_floor(_planted(8).model, max_width=24)
+    assert probe.floor == 8, probe
+    assert all(probe.diffs[w] > 0 for w in range(1, 8)) and all(probe.diffs[w] == 0 for w in probe.diffs if w >= 8)
 
 
 def _planted16(below: int, total: bool) -> lookahead.LoadedModel:

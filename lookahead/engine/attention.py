@@ -34,21 +34,27 @@ import torch
 import torch.nn.functional as F
 
 NAME = "lookahead_exact"
-KEY_CHUNK = 256  # values are summed over keys in chunks of this many
-# Exact passes see their keys padded to a multiple of this (engine/kvcache.py): whole chunks, so that
-# `_weighted_sum` pads nothing per layer (measured, SmolLM2 bf16, 2-core Zen 4, three a-f prompts, 96
-# tokens, median ms/token: autoregressive 45.2 -> 42.9, lookahead 19.5 -> 17.0 against padding to 64;
-# the same tokens). Masked keys cost a few more score columns.
-KEY_ALIGN = KEY_CHUNK
+# Exact passes see their keys padded to a multiple of KEY_ALIGN (engine/kvcache.py), and values are summed
+# over keys in chunks of a multiple of it (`_weighted_sum`): whole chunks, so that nothing is padded per
+# layer (measured, SmolLM2 bf16, 2-core Zen 4, three a-f prompts, 96 tokens, median ms/token:
+# autoregressive 45.2 -> 42.9, lookahead 19.5 -> 17.0 against padding to 64; the same tokens). Masked keys
+# cost a few more score columns.
+KEY_ALIGN = 256
+# How many keys one matmul of probabilities and values may sum: the widest of KEY_CHUNKS whose sums the
+# device's kernels take the same way at every key count and row count (`key_chunk` measures it, per
+# dtype and head shape). One matmul over 512 keys costs half of two over 256 plus their sum (SmolLM2 bf16,
+# Zen 4: 32 against 69 us a layer).
+KEY_CHUNKS = (1024, 512, KEY_ALIGN)
+KEY_CHUNK = KEY_ALIGN  # the narrowest chunk: exact on every device measured (the default where none is probed)
 # Where masked keys may sit between a row's visible keys without changing its result (engine/query.py
 # align_tree), measured on SmolLM2 bf16, Zen 4: each visible key at its gap-free index modulo KEY_PERIOD
 # (the float32 softmax sums in 16 lanes: shifts by 2-8 keys changed rows, by 16 none), a key that pairs
 # with the one before it (odd index) still right after it (the bf16 matmul of probabilities and values
 # reduces keys in pairs: a key moved away from its pair partner changed rows, by any shift), and in the
-# same KEY_BLOCK (= KEY_CHUNK: `_weighted_sum` sums each chunk apart). Checked per model by the width
-# probe (engine/numerics.py aligned_exact).
+# same KEY_BLOCK (within one chunk of `_weighted_sum`, whichever `key_chunk` picked: every chunk is a
+# multiple of it). Checked per model by the width probe (engine/numerics.py aligned_exact).
 KEY_PERIOD = 16
-KEY_BLOCK = KEY_CHUNK
+KEY_BLOCK = KEY_ALIGN
 
 
 @dataclass(frozen=True)
@@ -108,6 +114,7 @@ class _ViewPlan:
 _active: contextvars.ContextVar[bool] = contextvars.ContextVar("lookahead_exact_attention", default=False)
 _plan: contextvars.ContextVar[_ViewPlan | None] = contextvars.ContextVar("lookahead_key_views", default=None)
 _causal_rows: contextvars.ContextVar[int] = contextvars.ContextVar("lookahead_causal_prompt", default=0)
+_chunk: contextvars.ContextVar[int] = contextvars.ContextVar("lookahead_key_chunk", default=KEY_CHUNK)
 _registered = False
 
 
@@ -147,10 +154,11 @@ def exact_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: 
         if mask is not None:
             scores.add_(mask)
     probs = torch.softmax(scores, dim=-1).to(value.dtype).view(b, kv_heads, groups * q, k)
-    out = _weighted_sum(probs, value).view(b, h, q, d)  # [B, H, Q, D]
+    chunk = _chunk.get()
+    out = _weighted_sum(probs, value, chunk).view(b, h, q, d)  # [B, H, Q, D]
     plan = _plan.get()
     if plan is not None:
-        _redo_in_views(out, scores, value, plan)
+        _redo_in_views(out, scores, value, plan, chunk)
     return out.transpose(1, 2).contiguous(), None
 
 
@@ -159,11 +167,13 @@ def _power_of_two(x: float) -> bool:
     return x > 0 and math.frexp(x)[0] == 0.5
 
 
-def _weighted_sum(probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
-    """probs [..., R, K] @ value [..., K, D]: keys padded with exact zeros to a multiple of KEY_CHUNK, each
-    chunk of KEY_CHUNK keys a matmul of its own (one batched call), the chunks summed in order in float32
-    at least. So every row's sum is made of matmuls of one fixed shape per row count, whatever the pass's
-    key count, and chunks past a row's keys add exact zeros.
+def _weighted_sum(probs: torch.Tensor, value: torch.Tensor, chunk: int = KEY_CHUNK) -> torch.Tensor:
+    """probs [..., R, K] @ value [..., K, D]: keys padded with exact zeros to a multiple of KEY_ALIGN, the
+    keys summed in chunks of `chunk` (a multiple of KEY_ALIGN; the last chunk may be shorter), each chunk a
+    matmul of its own (the whole chunks in one batched call), the chunks summed in order in float32 at
+    least. Over one chunk's keys every row's sum is then one matmul whatever the pass's key count, and
+    chunks past a row's keys add exact zeros; `key_chunk` picks the widest chunk for which such matmuls
+    sum a row's keys the same way at every key count and row count.
 
     Why (measured): a matmul's reduction over keys is not fixed by the keys alone. Zen 4 (bfloat16): one
     matmul over more than 1024 keys reduced them in another order than one over fewer, so a prompt near
@@ -173,24 +183,78 @@ def _weighted_sum(probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
     width-16 lookahead step gave other logits than autoregressive decoding; over <= 384 keys every row
     count 1-64 agreed, in both dtypes, for the head shapes of SmolLM2 and Gemma 3."""
     k = probs.shape[-1]
-    pad = -k % KEY_CHUNK
+    pad = -k % KEY_ALIGN
     if pad:
         probs, value = F.pad(probs, (0, pad)), F.pad(value, (0, 0, 0, pad))
         k += pad
-    chunks = k // KEY_CHUNK
-    if chunks == 1:
+    if k <= chunk:
         return torch.matmul(probs, value)
     *lead, r, _ = probs.shape
-    parts = torch.matmul(probs.reshape(*lead, r, chunks, KEY_CHUNK).transpose(-3, -2),  # [..., C, R, KEY_CHUNK]
-                         value.reshape(*lead, chunks, KEY_CHUNK, value.shape[-1]))  # [..., C, R, D]
+    whole, tail = divmod(k, chunk)
+    body = k - tail
+    parts = torch.matmul(probs[..., :body].reshape(*lead, r, whole, chunk).transpose(-3, -2),  # [..., C, R, chunk]
+                         value[..., :body, :].reshape(*lead, whole, chunk, value.shape[-1]))  # [..., C, R, D]
     out = torch.empty((*lead, r, value.shape[-1]), dtype=torch.promote_types(value.dtype, torch.float32))
     out.copy_(parts[..., 0, :, :])  # [..., R, D], contiguous: a new tensor, never a view of `parts`
-    for i in range(1, chunks):
+    for i in range(1, whole):
         out += parts[..., i, :, :]
+    if tail:
+        out += torch.matmul(probs[..., body:], value[..., body:, :])
     return out.to(value.dtype)
 
 
-def _redo_in_views(out: torch.Tensor, scores: torch.Tensor, value: torch.Tensor, plan: _ViewPlan) -> None:
+def key_chunk(dtype: torch.dtype, kv_heads: int, groups: int, head_dim: int) -> int:
+    """The widest of KEY_CHUNKS for which `_weighted_sum` gives a row the same result over any key count
+    (multiples of KEY_ALIGN, past its visible keys) and any number of rows sharing the matmul, on this
+    device, in `dtype`, for this head shape; measured once per process and thread count. The engine's
+    width probe (engine/numerics.py) then checks the whole model with it."""
+    key = (dtype, kv_heads, groups, head_dim, torch.get_num_threads())
+    if key not in _chunks:
+        _chunks[key] = next((c for c in KEY_CHUNKS[:-1] if _sums_invariant(c, *key[:4])), KEY_CHUNKS[-1])
+    return _chunks[key]
+
+
+_chunks: dict[tuple[Any, ...], int] = {}
+
+
+def model_key_chunk(model: Any) -> int:
+    """`key_chunk` for `model`'s attention heads and dtype (KEY_CHUNK where its config does not say)."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    heads = getattr(config, "num_attention_heads", None)
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or (config.hidden_size // heads if heads else None)
+    if not heads or not head_dim or heads % kv_heads:
+        return KEY_CHUNK
+    return key_chunk(next(model.parameters()).dtype, kv_heads, heads // kv_heads, head_dim)
+
+
+def _sums_invariant(chunk: int, dtype: torch.dtype, kv_heads: int, groups: int, head_dim: int) -> bool:
+    """Does one row's weighted sum come out bit-identical in passes of 1-48 query rows over 1 .. 2 chunks
+    and a tail of keys? The row sees `visible` keys (some end inside a chunk, some just past one)."""
+    gen = torch.Generator().manual_seed(chunk)
+    most = 2 * chunk + KEY_ALIGN
+    value = torch.randn(kv_heads, most, head_dim, generator=gen).to(dtype)
+    for visible in (KEY_ALIGN - 1, KEY_ALIGN + 44, chunk - 24, chunk + 3, chunk + KEY_ALIGN + 60):
+        weights = torch.rand(kv_heads, groups, visible, generator=gen)
+        row = (weights / weights.sum(-1, keepdim=True)).to(dtype)  # [Hkv, G, visible]
+        first = -(-visible // KEY_ALIGN) * KEY_ALIGN
+        ref = None
+        for rows in (1, 2, 3, 4, 8, 11, 16, 17, 33, 48):
+            for keys in range(first, min(most, first + chunk + KEY_ALIGN) + 1, KEY_ALIGN):
+                probs = torch.rand(kv_heads, rows, groups, keys, generator=gen).to(dtype)
+                probs[:, rows // 2, :, :visible] = row
+                probs[:, rows // 2, :, visible:] = 0
+                out = _weighted_sum(probs.view(kv_heads, rows * groups, keys), value[:, :keys], chunk)
+                out = out.view(kv_heads, rows, groups, head_dim)[:, rows // 2]
+                if ref is None:
+                    ref = out
+                elif not torch.equal(ref, out):
+                    return False
+    return True
+
+
+def _redo_in_views(out: torch.Tensor, scores: torch.Tensor, value: torch.Tensor, plan: _ViewPlan,
+                   chunk: int = KEY_CHUNK) -> None:
     """Overwrite out [B, H, Q, D] at the views' rows: their masked scores [B, Hkv, G, Q, K] (a score is
     one dot product, the same in any layout) are gathered into each view's key order, where the softmax
     and the weighted sum of the gathered values run exactly as for gap-free rows."""
@@ -203,7 +267,7 @@ def _redo_in_views(out: torch.Tensor, scores: torch.Tensor, value: torch.Tensor,
     s = (picked[0] if len(picked) == 1 else torch.cat(picked, dim=1)).view(kv_heads, n, m, groups, width)
     probs = torch.softmax(s + plan.bias.transpose(2, 3), dim=-1).to(value.dtype)  # [Hkv, V, m, G, L]
     v = (values[0] if len(values) == 1 else torch.cat(values, dim=1)).view(kv_heads, n, width, d)  # [Hkv, V, L, D]
-    redone = _weighted_sum(probs.view(kv_heads, n, m * groups, width), v)  # [Hkv, V, m*G, D]
+    redone = _weighted_sum(probs.view(kv_heads, n, m * groups, width), v, chunk)  # [Hkv, V, m*G, D]
     redone = redone.view(kv_heads, n, m, groups, d).permute(1, 2, 0, 3, 4).reshape(n * m, kv_heads, groups, d)
     if plan.real is not None:
         redone = redone.index_select(0, plan.real)  # [N, Hkv, G, D]
@@ -211,15 +275,19 @@ def _redo_in_views(out: torch.Tensor, scores: torch.Tensor, value: torch.Tensor,
 
 
 @contextlib.contextmanager
-def exact_passes(views: Sequence[KeyView] = ()) -> Iterator[None]:
-    """Within this block, models that `install` selected compute attention with `exact_attention`, and
-    the rows of `views` over their gathered keys."""
-    token, plan_token = _active.set(True), _plan.set(_ViewPlan(views) if views else None)
+def exact_passes(views: Sequence[KeyView] = (), chunk: int = KEY_CHUNK) -> Iterator[None]:
+    """Within this block, models that `install` selected compute attention with `exact_attention`, the
+    rows of `views` over their gathered keys, and values summed over keys in chunks of `chunk`
+    (`key_chunk`)."""
+    if chunk % KEY_ALIGN:
+        raise ValueError(f"a key chunk must be a multiple of {KEY_ALIGN}, got {chunk}")
+    tokens = _active.set(True), _plan.set(_ViewPlan(views) if views else None), _chunk.set(chunk)
     try:
         yield
     finally:
-        _plan.reset(plan_token)
-        _active.reset(token)
+        _chunk.reset(tokens[2])
+        _plan.reset(tokens[1])
+        _active.reset(tokens[0])
 
 
 @contextlib.contextmanager

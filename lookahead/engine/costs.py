@@ -35,7 +35,7 @@ from lookahead.engine.model_runner import Rows
 from lookahead.engine.numerics import KEY_ALIGN
 from lookahead.engine.query import build_query
 
-CURVE_VERSION = 4  # 3: rounds scaled by their own mean (a drifting machine); 4: keys padded to 256; older curves are re-timed
+CURVE_VERSION = 5  # 3: rounds scaled by their own mean; 4: keys padded to 256; 5: per-device key chunks; older: re-timed
 DEFAULT_WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 MEASURE_CONTEXT = 256  # cached tokens under the timed passes
 VIEWS_WIDTH = 9  # rows of the timed pass with a key view (root + two chains of 5 and 3 nodes)
@@ -222,7 +222,7 @@ def cost_curve(model: Any, runner: Any, cache_file: Path | None = None, cache_ke
         curve = CostCurve.flat(runner.floor)
     else:
         key = (f"{cache_key}|floor={runner.floor}|exact={runner.exact_attention}|views={getattr(runner, 'views', False)}"
-               f"|quantum={quantum}|v{CURVE_VERSION}")
+               f"|quantum={quantum}|chunk={getattr(runner, 'key_chunk', 0)}|v{CURVE_VERSION}")
         stored = read_json(cache_file).get(key) if cache_file is not None and not remeasure else None
         try:
             curve = CostCurve.from_json(stored, runner.floor)  # type: ignore[arg-type]

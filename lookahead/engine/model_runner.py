@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from lookahead.engine.attention import KeyView, causal_prompt, exact_passes
+from lookahead.engine.attention import KEY_CHUNK, KeyView, causal_prompt, exact_passes, model_key_chunk
 from lookahead.engine.kvcache import KVCache
 from lookahead.engine.masks import MaskBuilder
 from lookahead.engine.query import free_offsets
@@ -100,6 +100,7 @@ class ModelRunner:
         self.batch_exact = batch_exact
         self.exact_attention = exact_attention
         self.views = views
+        self.key_chunk = model_key_chunk(model) if exact_attention else KEY_CHUNK
         self.masks = MaskBuilder(model.config, next(model.parameters()).dtype)
         params = inspect.signature(model.forward).parameters
         self.cache_kwarg = "cache" if "cache" in params else "past_key_values"
@@ -196,7 +197,7 @@ class ModelRunner:
             mask = _to(mask, torch.promote_types(self.masks.dtype, torch.float32))
         start = time.perf_counter()
         try:
-            with torch.no_grad(), exact_passes(views) if exact else contextlib.nullcontext():
+            with torch.no_grad(), exact_passes(views, self.key_chunk) if exact else contextlib.nullcontext():
                 out = self.model(input_ids=tokens, position_ids=positions, attention_mask=mask, **kwargs)
         finally:
             cache.place(None)

@@ -35,14 +35,14 @@ from typing import Any
 import torch
 
 from lookahead.cachefile import read_json, update_json
-from lookahead.engine.attention import KEY_ALIGN, KEY_BLOCK, KEY_PERIOD, install
+from lookahead.engine.attention import KEY_ALIGN, KEY_BLOCK, KEY_CHUNK, KEY_PERIOD, install, model_key_chunk
 from lookahead.errors import ConfigError
 from lookahead.engine.draft import CandidateTree
 from lookahead.engine.kvcache import KVCache
 from lookahead.engine.model_runner import ModelRunner, Rows
 from lookahead.engine.query import align_tree, build_query
 
-PROBE_VERSION = 13  # bump when the engine's numerics change (cached probes of older versions are ignored)
+PROBE_VERSION = 14  # bump when the engine's numerics change (cached probes of older versions are ignored)
 USABLE_FLOOR = 16  # a floor above this would make every step as wide as 16 rows: treated as none
 MIN_CEILING = 16  # a ceiling below this (or below max_width, if less) leaves steps too narrow: not taken
 _CONTEXTS = (40, 300, 700, 1000)  # cached context lengths the rows are probed over (passes that straddle
@@ -76,6 +76,9 @@ class WidthProbe:
     # passes run at a multiple of this many rows: rows past the last full block of `quantum` rows came out
     # otherwise (MKL's float64 matmuls on Zen 4 compute a pass's last w % 4 rows with other kernels)
     quantum: int = 1
+    # the exact attention summed values over keys in chunks of this many (engine/attention.py key_chunk):
+    # the verdict holds for that chunk only
+    key_chunk: int = KEY_CHUNK
 
     @property
     def widest_exact(self) -> int:
@@ -86,7 +89,7 @@ class WidthProbe:
         return {"floor": self.floor, "max_width": self.max_width, "ceiling": self.ceiling, "dtype": self.dtype,
                 "exact_attention": self.exact_attention, "batch_exact": self.batch_exact,
                 "tree_exact": self.tree_exact, "aligned_exact": self.aligned_exact,
-                "gap_invariant": self.gap_invariant, "quantum": self.quantum, "diffs": {str(k): v for k, v in sorted(self.diffs.items())}}
+                "gap_invariant": self.gap_invariant, "quantum": self.quantum, "key_chunk": self.key_chunk, "diffs": {str(k): v for k, v in sorted(self.diffs.items())}}
 
 
 def probed_widths(max_width: int, dense: bool = True) -> list[int]:
@@ -145,7 +148,7 @@ def probe_width_floor(model: Any, max_width: int = 64, seed: int = 0) -> WidthPr
     batch_exact = floor is not None and quantum == 1 and _batch_invariant(runner, tokens, floor, contexts)
     return WidthProbe(floor, max_width, diffs, dtype, gap_invariant and floor is not None, exact, batch_exact,
                       tree_exact and floor is not None, aligned_exact and floor is not None,
-                      ceiling if ceiling != max_width else None, quantum)
+                      ceiling if ceiling != max_width else None, quantum, runner.key_chunk)
 
 
 def _fingerprints(logits: torch.Tensor) -> torch.Tensor:
@@ -370,7 +373,8 @@ def width_probe(model: Any, min_width: int = 2, cache_file: Path | None = None, 
         probe = _probes.get(model)
         if probe is None and cache_file is not None:
             probe = _read(cache_file).get(cache_key)
-            if probe is not None and probe.exact_attention and not install(model):
+            if probe is not None and probe.exact_attention and (not install(model) or
+                                                                probe.key_chunk != model_key_chunk(model)):
                 probe = None  # the cached verdict assumed an attention this model cannot take now
         if probe is None or probe.max_width < min_width:
             width = max(64, 1 << (max(min_width, 2) - 1).bit_length())
@@ -387,7 +391,7 @@ def _read(path: Path) -> dict[str, WidthProbe]:
         return {k: WidthProbe(v["floor"], v["max_width"], {int(w): d for w, d in v["diffs"].items()}, v["dtype"],
                               v["gap_invariant"], v["exact_attention"], v.get("batch_exact", False),
                               v.get("tree_exact", False), v.get("aligned_exact", False), v.get("ceiling"),
-                              v.get("quantum", 1))
+                              v.get("quantum", 1), v.get("key_chunk", KEY_CHUNK))
                 for k, v in read_json(path).items()}
     except (KeyError, TypeError, AttributeError, ValueError):
         return {}

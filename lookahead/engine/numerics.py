@@ -89,7 +89,8 @@ class WidthProbe:
         return {"floor": self.floor, "max_width": self.max_width, "ceiling": self.ceiling, "dtype": self.dtype,
                 "exact_attention": self.exact_attention, "batch_exact": self.batch_exact,
                 "tree_exact": self.tree_exact, "aligned_exact": self.aligned_exact,
-                "gap_invariant": self.gap_invariant, "quantum": self.quantum, "key_chunk": self.key_chunk, "diffs": {str(k): v for k, v in sorted(self.diffs.items())}}
+                "gap_invariant": self.gap_invariant, "quantum": self.quantum, "key_chunk": self.key_chunk,
+                "diffs": {str(k): v for k, v in sorted(self.diffs.items())}}
 
 
 def probed_widths(max_width: int, dense: bool = True) -> list[int]:

@@ -96,7 +96,7 @@ def align_tree(tree: CandidateTree, p: int, period: int, block: int) -> tuple[Ca
     - a node whose index p + depth is odd is its parent's pair partner (bfloat16 matmuls reduce keys in
       pairs), so it must sit right after its parent: only one child per such parent can, the likeliest
       (the one `allocator.chain_first` puts first); the others are left out with their subtrees;
-    - (p + offset) // block == (p + depth) // block (engine/attention.py KEY_CHUNK), else left out.
+    - (p + offset) // block == (p + depth) // block (engine/attention.py KEY_BLOCK), else left out.
     Nodes are laid out depth first, each node's likeliest child right after it (the same offset + 1),
     each further child at the next free offset congruent to its depth. Returns (the tree of the nodes
     kept, in that order, parents first; offsets [1 + kept], ascending)."""

@@ -10,6 +10,11 @@ from pathlib import Path
 from typing import Any
 
 
+def cache_root() -> Path:
+    """Where lookahead keeps what it converts, measures and builds: $LOOKAHEAD_CACHE, else ~/.cache/lookahead."""
+    return Path(os.environ.get("LOOKAHEAD_CACHE", Path.home() / ".cache" / "lookahead"))
+
+
 def read_json(path: Path) -> dict[str, Any]:
     """The file's object, or {} when it is missing, unreadable or not a JSON object."""
     try:

@@ -19,6 +19,12 @@ another order, and at reduced precision the row comes out different. So the rows
 computed again over a view of their keys gathered into position order (cached prefix, root, the
 branch's nodes): the same keys at the same indices as when the branch's tokens are decoded one at a
 time, hence the same result, bit for bit.
+
+Where it builds (engine/exact_kernel.py), bfloat16 passes compute the two products with a small C++
+kernel instead of two matmuls: each score and each value sum is one fixed sequence of float operations
+over the row's own keys, so those products are exact by construction (at any row count, key count or gap),
+and a pass skips oneDNN's per-call cost (1 row, 512 keys: ~100 -> ~28 us a layer on Zen 4). The softmax
+between them is torch's in both paths. float32 and float64 passes keep the matmuls.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+
+from lookahead.engine import exact_kernel
 
 NAME = "lookahead_exact"
 # Exact passes see their keys padded to a multiple of KEY_ALIGN (engine/kvcache.py), and values are summed
@@ -138,28 +146,62 @@ def exact_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: 
     kv_heads, k = key.shape[1], key.shape[2]
     groups = h // kv_heads  # grouped-query attention: query heads kv*groups .. kv*groups+groups-1 share kv head kv
     scale = scaling if scaling is not None else d ** -0.5
+    chunk = _chunk.get()
+    if exact_kernel.serves(query.dtype, d):
+        # the C++ kernel (engine/exact_kernel.cpp): both products in a fixed order per output, the
+        # probabilities kept in float32
+        scores = _kernel_scores(query, key, attention_mask, scale).view(b, kv_heads, groups, q, -1)  # [..., K']
+        probs = torch.softmax(scores, dim=-1).view(b, kv_heads, groups * q, -1)
+        out = exact_kernel.kernel().weighted(probs, _pad_keys(value, scores.shape[-1])).view(b, h, q, d)
+    else:
+        scores = _matmul_scores(query, key, attention_mask, scale)  # [B, Hkv, G, Q, K]
+        probs = torch.softmax(scores, dim=-1).to(value.dtype).view(b, kv_heads, groups * q, k)
+        out = _weighted_sum(probs, value, chunk).view(b, h, q, d)  # [B, H, Q, D]
+    plan = _plan.get()
+    if plan is not None:
+        _redo_in_views(out, scores, _pad_keys(value, scores.shape[-1]), plan, chunk)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _matmul_scores(query: torch.Tensor, key: torch.Tensor, attention_mask: torch.Tensor | None,
+                   scale: float) -> torch.Tensor:
+    """query [B, H, Q, D] . key [B, Hkv, K, D] as one matmul per kv head, scaled and masked in float32 at
+    least: [B, Hkv, G, Q, K]."""
+    b, h, q, d = query.shape
+    kv_heads, k = key.shape[1], key.shape[2]
     acc = torch.promote_types(query.dtype, torch.float32)  # softmax in float32 at least (float64 stays)
-    grouped = query.reshape(b, kv_heads, groups * q, d)  # [B, Hkv, G*Q, D]: no copy of the keys
+    grouped = query.reshape(b, kv_heads, h // kv_heads * q, d)  # [B, Hkv, G*Q, D]: no copy of the keys
     # The cache hands out keys as a view of a longer buffer; matmul would copy that view into a
     # transposed layout first, ~2.5x slower than this explicit copy (same kernel after it, same bits).
-    dots = torch.matmul(grouped, key.contiguous().transpose(-1, -2)).view(b, kv_heads, groups, q, k)  # [B, Hkv, G, Q, K]
+    dots = torch.matmul(grouped, key.contiguous().transpose(-1, -2)).view(b, kv_heads, h // kv_heads, q, k)
     # scores = dots (in acc) * scale + mask, in acc: the model runner hands exact passes their mask in acc already
     mask = attention_mask[..., :k].to(acc)[:, :, None] if attention_mask is not None else None  # [B, 1, 1, Q, K]
     if mask is not None and _power_of_two(scale):
         # One op instead of three: dots * scale is exact for a power of two (head sizes 64, 256: 1/8, 1/16),
         # so adding it to the mask, fused or not, rounds once, as the separate ops do: the same bits.
-        scores = torch.add(mask, dots, alpha=scale)
-    else:
-        scores = dots.to(acc).mul_(scale) if dots.dtype != acc else dots * scale
-        if mask is not None:
-            scores.add_(mask)
-    probs = torch.softmax(scores, dim=-1).to(value.dtype).view(b, kv_heads, groups * q, k)
-    chunk = _chunk.get()
-    out = _weighted_sum(probs, value, chunk).view(b, h, q, d)  # [B, H, Q, D]
-    plan = _plan.get()
-    if plan is not None:
-        _redo_in_views(out, scores, value, plan, chunk)
-    return out.transpose(1, 2).contiguous(), None
+        return torch.add(mask, dots, alpha=scale)
+    scores = dots.to(acc).mul_(scale) if dots.dtype != acc else dots * scale
+    return scores.add_(mask) if mask is not None else scores
+
+
+def _kernel_scores(query: torch.Tensor, key: torch.Tensor, attention_mask: torch.Tensor | None,
+                   scale: float) -> torch.Tensor:
+    """The kernel's scores [B, Hkv, G*Q, K'] float32, K' = K rounded up to the kernel's 16-key blocks
+    (exact passes' keys are already a multiple of KEY_ALIGN; other key counts get masked zero keys)."""
+    b, _, q, d = query.shape
+    k = key.shape[2]
+    mask = attention_mask[:, 0, :, :k].float() if attention_mask is not None else query.new_zeros((b, q, k),
+                                                                                                    dtype=torch.float32)
+    if k % 16:
+        key = _pad_keys(key, k + -k % 16)
+        mask = F.pad(mask, (0, -k % 16), value=float("-inf"))
+    query = query if query.stride(-1) == 1 else query.contiguous()
+    return exact_kernel.kernel().scores(query, key, mask.expand(b, q, -1), scale)
+
+
+def _pad_keys(t: torch.Tensor, width: int) -> torch.Tensor:
+    """t [..., K, D] with zero entries appended up to `width` keys (itself where K == width)."""
+    return t if t.shape[-2] == width else F.pad(t, (0, 0, 0, width - t.shape[-2]))
 
 
 def _power_of_two(x: float) -> bool:
@@ -201,6 +243,15 @@ def _weighted_sum(probs: torch.Tensor, value: torch.Tensor, chunk: int = KEY_CHU
     if tail:
         out += torch.matmul(probs[..., body:], value[..., body:, :])
     return out.to(value.dtype)
+
+
+def _weighted(probs: torch.Tensor, value: torch.Tensor, chunk: int) -> torch.Tensor:
+    """probs [..., R, K] (float32 at least) @ value [..., K, D] as the pass's main rows are summed: by the
+    kernel where it serves value's dtype (probabilities kept in float32), else `_weighted_sum` of the
+    probabilities rounded to value's dtype. probs and value have two leading dims."""
+    if exact_kernel.serves(value.dtype, value.shape[-1]):
+        return exact_kernel.kernel().weighted(probs.contiguous(), value)
+    return _weighted_sum(probs.to(value.dtype), value, chunk)
 
 
 def key_chunk(dtype: torch.dtype, kv_heads: int, groups: int, head_dim: int) -> int:
@@ -265,9 +316,9 @@ def _redo_in_views(out: torch.Tensor, scores: torch.Tensor, value: torch.Tensor,
         picked.append(scores[seq].view(kv_heads, -1).gather(1, at.expand(kv_heads, -1)))  # [Hkv, n_b*m*G*L]
         values.append(value[seq].index_select(1, plan.keys[views].flatten()))  # [Hkv, n_b*L, D]
     s = (picked[0] if len(picked) == 1 else torch.cat(picked, dim=1)).view(kv_heads, n, m, groups, width)
-    probs = torch.softmax(s + plan.bias.transpose(2, 3), dim=-1).to(value.dtype)  # [Hkv, V, m, G, L]
+    probs = torch.softmax(s + plan.bias.transpose(2, 3), dim=-1)  # [Hkv, V, m, G, L]
     v = (values[0] if len(values) == 1 else torch.cat(values, dim=1)).view(kv_heads, n, width, d)  # [Hkv, V, L, D]
-    redone = _weighted_sum(probs.view(kv_heads, n, m * groups, width), v, chunk)  # [Hkv, V, m*G, D]
+    redone = _weighted(probs.view(kv_heads, n, m * groups, width), v, chunk)  # [Hkv, V, m*G, D]
     redone = redone.view(kv_heads, n, m, groups, d).permute(1, 2, 0, 3, 4).reshape(n * m, kv_heads, groups, d)
     if plan.real is not None:
         redone = redone.index_select(0, plan.real)  # [N, Hkv, G, D]

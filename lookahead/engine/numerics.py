@@ -42,7 +42,9 @@ from lookahead.engine.kvcache import KVCache
 from lookahead.engine.model_runner import ModelRunner, Rows
 from lookahead.engine.query import align_tree, build_query
 
-PROBE_VERSION = 14  # bump when the engine's numerics change (cached probes of older versions are ignored)
+# Bump when the engine's numerics change (cached probes of older versions are ignored). 15: exact bfloat16
+# passes on the C++ kernel (engine/exact_kernel.py).
+PROBE_VERSION = 15
 USABLE_FLOOR = 16  # a floor above this would make every step as wide as 16 rows: treated as none
 MIN_CEILING = 16  # a ceiling below this (or below max_width, if less) leaves steps too narrow: not taken
 _CONTEXTS = (40, 300, 700, 1000)  # cached context lengths the rows are probed over (passes that straddle

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from lookahead.cachefile import read_json, update_json
+from lookahead.engine import exact_kernel
 from lookahead.errors import ConfigError
 from lookahead.models.packing import PACKING_VERSION, pack_linears
 from lookahead.models.registry import cache_root
@@ -48,7 +49,8 @@ def cpu_flags() -> frozenset[str]:
 
 @functools.lru_cache(maxsize=1)
 def device_signature() -> str:
-    """Identifies the machine's kernels for the dtype cache: CPU model, torch version, threads."""
+    """Identifies the machine's kernels for the dtype cache: CPU model, torch version, threads, and whether
+    exact passes run on lookahead's own attention kernel (engine/exact_kernel.py; other numerics)."""
     model = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -57,7 +59,7 @@ def device_signature() -> str:
                 break
     except OSError:
         pass
-    return f"{model}|torch {torch.__version__}|threads {torch.get_num_threads()}"
+    return f"{model}|torch {torch.__version__}|threads {torch.get_num_threads()}|exact kernel {exact_kernel.status()}"
 
 
 def supported(device: str = "cpu") -> tuple[str, ...]:

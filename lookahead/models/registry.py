@@ -4,16 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata as md
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from lookahead.cachefile import cache_root as cache_root  # re-exported: where converted models live
 from lookahead.errors import ModelNotFoundError
-
-
-def cache_root() -> Path:
-    """Where converted models live: $LOOKAHEAD_CACHE, else ~/.cache/lookahead."""
-    return Path(os.environ.get("LOOKAHEAD_CACHE", Path.home() / ".cache" / "lookahead"))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,103 @@
+"""The exact attention's C++ kernel (engine/exact_kernel.cpp): built on first use for this machine, or
+not at all, in which case exact passes keep their two-matmul path (engine/attention.py).
+
+Why: in bfloat16 on CPU each of the exact attention's two small matmuls costs 25-50 us in oneDNN's
+per-call overhead, whatever its size, so a one-row exact step paid ~3 ms (8%) more than PyTorch's fused
+attention. The kernel does both products in a fixed order per output (see the .cpp's header), so its
+rows are exact by construction, and costs a few microseconds per call at small widths.
+
+It serves bfloat16 passes only (the dtype whose matmul overhead it removes, measured); float32 and
+float64 keep the matmul path. It is built with the machine's compiler (g++ or whatever torch's extension
+builder finds, through ninja) into $LOOKAHEAD_CACHE/kernels/<hash>, where the hash covers the source,
+the flags, the CPU and torch's version, and is loaded from there afterwards. Set LOOKAHEAD_EXACT_KERNEL=0
+to run without it. Either way the choice is fixed per process, and `status()` names it in the device
+signature, so cached width probes and cost curves never mix the two.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import platform
+import threading
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lookahead.cachefile import cache_root
+
+ENV = "LOOKAHEAD_EXACT_KERNEL"
+SOURCE = Path(__file__).with_name("exact_kernel.cpp")
+# -march=native: the build is for this machine's vector width (the cache key includes its CPU);
+# no -ffast-math: sums must run in source order.
+FLAGS = ("-O3", "-march=native", "-fopenmp")
+DTYPES = (torch.bfloat16,)
+HEAD_SIZES = (16, 32, 64, 128, 256)
+
+log = logging.getLogger(__name__)
+_lock = threading.Lock()
+_built: dict[str, Any] = {}  # "module": the loaded extension or None, "why": why not
+
+
+def enabled() -> bool:
+    """Not switched off by LOOKAHEAD_EXACT_KERNEL=0 (or false/off/no)."""
+    return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "off", "no")
+
+
+def kernel() -> Any | None:
+    """The loaded extension, building it on first call; None where it is off or does not build (the
+    reason is logged once and given by `status`)."""
+    if "module" in _built:  # decided: no lock (exact attention asks twice a layer)
+        return _built["module"]
+    with _lock:
+        if "module" not in _built:
+            _built["module"], _built["why"] = _build() if enabled() else (None, f"off ({ENV}=0)")
+            if _built["module"] is None and enabled():
+                log.warning("lookahead: the exact-attention kernel is unavailable (%s); exact bfloat16 passes use "
+                            "two matmuls instead (correct, ~8%% slower a step). Install a C++ compiler and "
+                            "ninja to get it.", _built["why"])
+        return _built["module"]
+
+
+def serves(dtype: torch.dtype, head_dim: int) -> bool:
+    """Do exact passes of this dtype and head size run on the kernel?"""
+    return dtype in DTYPES and head_dim in HEAD_SIZES and kernel() is not None
+
+
+def status() -> str:
+    """'on', or 'off (<why>)': part of the device signature (models/dtypes.py)."""
+    return "on" if kernel() is not None else str(_built.get("why", "off"))
+
+
+def _build() -> tuple[Any | None, str]:
+    try:
+        import ninja  # the extension builder runs the `ninja` executable this package ships
+        from torch.utils import cpp_extension
+    except ImportError as err:
+        return None, f"missing {err.name}"
+    tag = hashlib.sha256(b"\0".join([SOURCE.read_bytes(), " ".join(FLAGS).encode(), _cpu().encode(),
+                                     torch.__version__.encode()])).hexdigest()[:16]
+    folder = cache_root() / "kernels" / f"exact-{tag}"
+    path = os.environ.get("PATH", "")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + path
+        module = cpp_extension.load(name=f"lookahead_exact_{tag}", sources=[str(SOURCE)], extra_cflags=list(FLAGS),
+                                    extra_ldflags=["-fopenmp"], build_directory=str(folder), verbose=False)
+    except Exception as err:  # a missing compiler, a failed build or load: run without the kernel
+        last = str(err).strip().splitlines()[-1][:200] if str(err).strip() else ""
+        return None, f"build failed: {type(err).__name__}: {last}"
+    finally:
+        os.environ["PATH"] = path
+    return module, "on"
+
+
+def _cpu() -> str:
+    """The CPU model and its feature flags (what -march=native compiles for)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        return "|".join(next((ln for ln in lines if ln.startswith(key)), "") for key in ("model name", "flags"))
+    except OSError:
+        return platform.processor() or platform.machine()

@@ -76,11 +76,21 @@ class CostCurve:
     def _cost(self, k: int) -> float:
         return self._base(k) * self._fixes.get((k, False), 1.0)
 
-    def pad_to(self, width: int) -> int:
+    def pad_to(self, width: int, most: int | None = None) -> int:
         """The width to run `width` rows at: itself, or a wider measured width that costs less. Some
-        kernels are not monotone in the number of rows (float32 MKL here: 8 rows cost less than 4), and
-        dummy rows are free to add, so a pass is padded to the cheapest width at or above its own."""
+        kernels are not monotone in the number of rows (float32 MKL here: 8 rows cost less than 4;
+        bfloat16 oneDNN: 3 rows less than 1), and dummy rows are free to add, so a pass is padded to the
+        cheapest width at or above its own, and at most `most` (None: no limit)."""
         k = max(width, self.floor or 1, 1)
+        wider = self._cheapest_from(k)
+        if most is None or wider <= max(most, k):
+            return wider
+        within = [w for w in self.widths if k < w <= most]  # ascending: ties go to the narrower width
+        best = min(within, key=self._cost, default=k)
+        return best if self._cost(best) < self._cost(k) else k
+
+    def _cheapest_from(self, k: int) -> int:
+        """The cheapest width at or above k: k itself or a wider measured width."""
         i = bisect.bisect_right(self.widths, k)
         if i == len(self.widths):
             return k

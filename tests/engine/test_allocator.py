@@ -145,6 +145,17 @@ def test_a_pass_is_padded_to_a_cheaper_wider_width() -> None:
     assert len(allocate(tree, tree.probs, curve).nodes) == 6
 
 
+def test_padding_stops_at_a_limit() -> None:
+    # bfloat16 oneDNN on a 2-core Zen 4: 3 rows cost 0.88 of one, 4 rows 0.89, 8 rows 1.03 (12 made cheap
+    # here). Unlimited, one row runs as 3 and 5 rows (0.91, interpolated) as 12; within at most 2 rows one
+    # row stays 1 (2 cost more); within 8, 5 rows stay 5: the limit never pads to a costlier width (8).
+    curve = CostCurve({1: 1.0, 2: 1.02, 3: 0.88, 4: 0.89, 6: 0.93, 8: 1.03, 12: 0.9})
+    assert [curve.pad_to(k) for k in (1, 2, 4, 5, 9)] == [3, 3, 4, 12, 12]
+    assert [curve.pad_to(k, 2) for k in (1, 2, 4)] == [1, 2, 4]  # nothing cheaper within 2; 4 > 2 runs as is
+    assert [curve.pad_to(k, 4) for k in (1, 2, 3)] == [3, 3, 3]  # the cheapest within 4: 3
+    assert [curve.pad_to(k, 8) for k in (5, 6, 7)] == [5, 6, 7]
+    assert curve.pad_to(5, 12) == 12
+
 def test_padding_follows_the_refined_curve() -> None:
     # pad_to keeps the cheapest wider width from one sweep per refinement; after each observed step it
     # must still pick what a search over every wider measured width picks (the cheapest, narrowest on ties).

@@ -15,6 +15,7 @@ import torch
 
 import lookahead
 from lookahead.config import GenerationConfig, LookaheadConfig, SamplingConfig
+from lookahead.engine.costs import CostCurve
 from lookahead.engine.numerics import width_probe
 from lookahead.engine.step import StepRunner
 from lookahead.errors import ConfigError
@@ -110,3 +111,28 @@ def test_a_request_wider_than_the_probe_widens_it() -> None:
 
     assert drain(scheduler)[id(request)] == lookahead.generate(lm, ids, max_new_tokens=12,
                                                                lookahead=cfg.lookahead).token_ids
+
+
+@pytest.mark.parametrize("exact, max_rows, rows", [(True, None, 12), (True, 8, 8), (False, None, 1)])
+def test_exact_passes_are_padded_to_a_cheaper_width(exact: bool, max_rows: int | None, rows: int) -> None:
+    # A device where 8 and 12 rows cost less than 1 (SmolLM2 bf16 on Zen 4: 3 rows cost 0.88 of one). An
+    # exact pass computes each row alike at any width from the floor (4 for this model) on, so even an
+    # autoregressive step runs at the cheapest width, 12 (8 within max_rows=8), with the same tokens; an
+    # unpadded pass, whose rows may change with the width, stays one row wide.
+    lm = model64("llama")
+    ids = lm.encode("abcab", raw=True)
+    cfg = GenerationConfig(max_new_tokens=6, strategy="autoregressive", exact=exact)
+    scheduler = Scheduler(lm, SchedulerConfig(max_batch=1, max_rows=max_rows, exact=exact))
+    scheduler.curve = CostCurve({1: 1.0, 4: 1.0, 8: 0.95, 12: 0.9, 16: 1.5}, scheduler.runner.model.floor,
+                                learns=False)
+    request = Request(lm, ids, cfg)
+    scheduler.add(request)
+    widths = []
+    while scheduler.active:
+        for _, event in scheduler.step():
+            if event.result is not None:
+                tokens = event.result.token_ids
+        widths.append(scheduler.last.rows)
+    assert scheduler.runner.model.floor == (4 if exact else None)
+    assert widths == [rows] * len(widths)
+    assert tokens == lookahead.generate(lm, ids, max_new_tokens=6, strategy="autoregressive", exact=exact).token_ids

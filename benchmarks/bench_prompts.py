@@ -22,8 +22,9 @@ Strategies per dtype:
 Speedups divide the FASTEST autoregressive path's time per generated token (the best of
 autoregressive, autoregressive/unpadded, hf_generate and, with --plain-weights, their plain-weights runs,
 for that prompt and dtype; whole call, prefill included) by the strategy's: the exact path counts too,
-since its passes run at the cheapest width (scheduler.py), which on the 2-core Zen 4 beats one row. Identity is against the padded autoregressive path of the same dtype. Prints a table
-and ends with one JSON line.
+since its passes run at the cheapest width (scheduler.py), which on the 2-core Zen 4 beats one row.
+Identity is against the padded autoregressive path of the same dtype. Prints a table and ends with one
+JSON line.
 
 What requests learn (the calibrator's acceptance estimates, the recycled successors; engine/shared.py)
 is kept per strategy and repeat and carried from prompt to prompt in order a-f, as `lookahead bench`

@@ -156,6 +156,7 @@ def test_padding_stops_at_a_limit() -> None:
     assert [curve.pad_to(k, 8) for k in (5, 6, 7)] == [5, 6, 7]
     assert curve.pad_to(5, 12) == 12
 
+
 def test_padding_follows_the_refined_curve() -> None:
     # pad_to keeps the cheapest wider width from one sweep per refinement; after each observed step it
     # must still pick what a search over every wider measured width picks (the cheapest, narrowest on ties).

@@ -113,17 +113,20 @@ def test_a_request_wider_than_the_probe_widens_it() -> None:
                                                                lookahead=cfg.lookahead).token_ids
 
 
-@pytest.mark.parametrize("exact, max_rows, rows", [(True, None, 12), (True, 8, 8), (False, None, 1)])
-def test_exact_passes_are_padded_to_a_cheaper_width(exact: bool, max_rows: int | None, rows: int) -> None:
-    # A device where 8 and 12 rows cost less than 1 (SmolLM2 bf16 on Zen 4: 3 rows cost 0.88 of one). An
-    # exact pass computes each row alike at any width from the floor (4 for this model) on, so even an
-    # autoregressive step runs at the cheapest width, 12 (8 within max_rows=8), with the same tokens; an
-    # unpadded pass, whose rows may change with the width, stays one row wide.
+@pytest.mark.parametrize("exact, capped", [(True, False), (True, True), (False, False)])
+def test_exact_passes_are_padded_to_a_cheaper_width(exact: bool, capped: bool) -> None:
+    # A device where 2 and 3 times the floor's rows cost less than one row (SmolLM2 bf16 on Zen 4: 3 rows
+    # cost 0.88 of one). An exact pass computes each row alike at any width from the floor on, so even an
+    # autoregressive step runs at the cheapest width, 3x the floor (2x within max_rows = 2x the floor), with
+    # the same tokens; an unpadded pass, whose rows may change with the width, stays one row wide.
     lm = model64("llama")
     ids = lm.encode("abcab", raw=True)
+    runner = StepRunner(lm.model, None, width_probe(lm.model)).model
+    f = runner.floor or 4  # the tiny llama in float64: floor 4 on the Zen 4 this was written on
+    max_rows = 2 * f if capped else None
     cfg = GenerationConfig(max_new_tokens=6, strategy="autoregressive", exact=exact)
     scheduler = Scheduler(lm, SchedulerConfig(max_batch=1, max_rows=max_rows, exact=exact))
-    scheduler.curve = CostCurve({1: 1.0, 4: 1.0, 8: 0.95, 12: 0.9, 16: 1.5}, scheduler.runner.model.floor,
+    scheduler.curve = CostCurve({1: 1.0, f: 1.0, 2 * f: 0.95, 3 * f: 0.9, 4 * f: 1.5}, scheduler.runner.model.floor,
                                 learns=False)
     request = Request(lm, ids, cfg)
     scheduler.add(request)
@@ -133,6 +136,10 @@ def test_exact_passes_are_padded_to_a_cheaper_width(exact: bool, max_rows: int |
             if event.result is not None:
                 tokens = event.result.token_ids
         widths.append(scheduler.last.rows)
-    assert scheduler.runner.model.floor == (4 if exact else None)
-    assert widths == [rows] * len(widths)
+    if exact:  # as wide as the exact pass may go (the probe's ceiling, if any, clamps it)
+        expected = runner.pass_width(1, 1, 2 * f if capped else 3 * f)
+        assert expected > f, "the pass could not go past the floor: the test would prove nothing"
+    else:
+        expected = 1
+    assert widths == [expected] * len(widths)
     assert tokens == lookahead.generate(lm, ids, max_new_tokens=6, strategy="autoregressive", exact=exact).token_ids

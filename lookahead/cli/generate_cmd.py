@@ -211,13 +211,15 @@ def _print_compare(model: str, described: str, ar: GenerationResult, lk: Generat
                    speedup: float, identical: bool) -> None:
     print(lk.text)
     print()
-    floor = ("unpadded" if not lk.width_floor else "exact, unpadded (width floor 1)" if lk.width_floor == 1
-             else f"steps padded to {lk.width_floor} rows")
+    # exact passes run at least floor rows wide, and wider where the cost curve says a wider pass is cheaper
+    floor = ("unpadded" if not lk.width_floor else "exact, width floor 1" if lk.width_floor == 1
+             else f"exact, steps at least {lk.width_floor} rows")
     print(f"model {model} ({lk.dtype}, {floor}), {described}")
-    print(f"{'strategy':<16}{'tokens':>8}{'steps':>8}{'tok/step':>10}{'decode s':>10}{'tok/s':>9}{'total s':>9}")
+    print(f"{'strategy':<16}{'tokens':>8}{'steps':>8}{'tok/step':>10}{'rows/step':>10}{'decode s':>10}{'tok/s':>9}"
+          f"{'total s':>9}")
     for r in (ar, lk):
         s = r.stats
         print(f"{r.strategy:<16}{s.new_tokens:>8}{s.steps:>8}{s.tokens_per_step:>10.2f}"
-              f"{s.decode_s:>10.2f}{s.tokens_per_s:>9.1f}{s.total_s:>9.2f}")
+              f"{s.processed_tokens / max(s.steps, 1):>10.1f}{s.decode_s:>10.2f}{s.tokens_per_s:>9.1f}{s.total_s:>9.2f}")
     print(f"speedup (decode tokens/s): {speedup:.2f}x   whole call: {ar.stats.total_s / lk.stats.total_s:.2f}x")
     print(f"token ids identical: {'yes' if identical else 'NO (see README: float rounding caveat)'}")

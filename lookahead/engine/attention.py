@@ -152,14 +152,15 @@ def exact_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: 
         # probabilities kept in float32
         scores = _kernel_scores(query, key, attention_mask, scale).view(b, kv_heads, groups, q, -1)  # [..., K']
         probs = torch.softmax(scores, dim=-1).view(b, kv_heads, groups * q, -1)
-        out = exact_kernel.kernel().weighted(probs, _pad_keys(value, scores.shape[-1])).view(b, h, q, d)
+        value = _pad_keys(value, scores.shape[-1])  # [B, Hkv, K', D]: zero values under the padded keys
+        out = exact_kernel.kernel().weighted(probs, value).view(b, h, q, d)
     else:
         scores = _matmul_scores(query, key, attention_mask, scale)  # [B, Hkv, G, Q, K]
         probs = torch.softmax(scores, dim=-1).to(value.dtype).view(b, kv_heads, groups * q, k)
         out = _weighted_sum(probs, value, chunk).view(b, h, q, d)  # [B, H, Q, D]
     plan = _plan.get()
     if plan is not None:
-        _redo_in_views(out, scores, _pad_keys(value, scores.shape[-1]), plan, chunk)
+        _redo_in_views(out, scores, value, plan, chunk)
     return out.transpose(1, 2).contiguous(), None
 
 
@@ -169,11 +170,12 @@ def _matmul_scores(query: torch.Tensor, key: torch.Tensor, attention_mask: torch
     least: [B, Hkv, G, Q, K]."""
     b, h, q, d = query.shape
     kv_heads, k = key.shape[1], key.shape[2]
+    groups = h // kv_heads
     acc = torch.promote_types(query.dtype, torch.float32)  # softmax in float32 at least (float64 stays)
-    grouped = query.reshape(b, kv_heads, h // kv_heads * q, d)  # [B, Hkv, G*Q, D]: no copy of the keys
+    grouped = query.reshape(b, kv_heads, groups * q, d)  # [B, Hkv, G*Q, D]: no copy of the keys
     # The cache hands out keys as a view of a longer buffer; matmul would copy that view into a
     # transposed layout first, ~2.5x slower than this explicit copy (same kernel after it, same bits).
-    dots = torch.matmul(grouped, key.contiguous().transpose(-1, -2)).view(b, kv_heads, h // kv_heads, q, k)
+    dots = torch.matmul(grouped, key.contiguous().transpose(-1, -2)).view(b, kv_heads, groups, q, k)
     # scores = dots (in acc) * scale + mask, in acc: the model runner hands exact passes their mask in acc already
     mask = attention_mask[..., :k].to(acc)[:, :, None] if attention_mask is not None else None  # [B, 1, 1, Q, K]
     if mask is not None and _power_of_two(scale):

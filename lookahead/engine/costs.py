@@ -63,14 +63,14 @@ class CostCurve:
         self._fixes: dict[tuple[int, bool], float] = {}  # (width, key views) -> EMA of observed / predicted
         self._cheapest: list[tuple[int, float]] | None = None  # [i]: the cheapest of widths[i:] (see pad_to)
 
-    def __call__(self, width: int) -> float:
+    def __call__(self, width: int, most: int | None = None) -> float:
         """Relative cost of a pass of `width` rows (only ratios between widths matter): the cost of the
-        cheapest width it can be padded to (see `pad_to`)."""
-        return self._cost(self.pad_to(width))
+        width it runs at, the cheapest it can be padded to within `most` rows (see `pad_to`)."""
+        return self._cost(self.pad_to(width, most))
 
-    def with_views(self, width: int) -> float:
+    def with_views(self, width: int, most: int | None = None) -> float:
         """Relative cost of a pass of `width` rows in which tree branches are verified over key views."""
-        k = self.pad_to(width)
+        k = self.pad_to(width, most)
         return (self._base(k) + self.views) * self._fixes.get((k, True), 1.0)
 
     def _cost(self, k: int) -> float:

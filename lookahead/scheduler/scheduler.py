@@ -162,16 +162,18 @@ class Scheduler:
         # 3. Allocate one budget across the batch.
         widest = max(c.max_width for c in wanted)
         max_rows = self.config.max_rows if ceiling is None else min(self.config.max_rows or ceiling, ceiling)
-        plans = allocate_batch(wanted, self.curve, max_width=max(widest, max(c.fixed or 1 for c in wanted)),
-                               max_rows=max_rows,
-                               views_cost=self.curve.with_views if self.runner.views else None)
-        items = [r.item(plan) for r, plan in zip(self.active, plans)]
         # Rows up to a cheaper width are free. An exact pass (every width from the floor on computes each row
         # alike) goes to the cheapest width at or above its own within max_rows, even a one-row autoregressive
         # step (SmolLM2 bf16, 2 Zen 4 cores: oneDNN's linears run 3 rows in 0.88 of one row's time); an
         # unpadded pass, whose rows may change with the width, never goes wider than the requests' own widest.
+        # The allocator prices each width as it will run: padded within the same limit.
         limit = max_rows if self.runner.model.floor else widest * batch
-        self.runner.pad_to = lambda k: self.curve.pad_to(k, limit)
+        curve = self.curve
+        plans = allocate_batch(wanted, lambda k: curve(k, limit),
+                               max_width=max(widest, max(c.fixed or 1 for c in wanted)), max_rows=max_rows,
+                               views_cost=(lambda k: curve.with_views(k, limit)) if self.runner.views else None)
+        items = [r.item(plan) for r, plan in zip(self.active, plans)]
+        self.runner.pad_to = lambda k: curve.pad_to(k, limit)
         # 4. One pass.
         self.cache.select(0, batch)
         outcomes = self.runner.step_batch(self.cache, items)

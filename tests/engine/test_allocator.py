@@ -155,6 +155,8 @@ def test_padding_stops_at_a_limit() -> None:
     assert [curve.pad_to(k, 4) for k in (1, 2, 3)] == [3, 3, 3]  # the cheapest within 4: 3
     assert [curve.pad_to(k, 8) for k in (5, 6, 7)] == [5, 6, 7]
     assert curve.pad_to(5, 12) == 12
+    # and a width is priced as it runs within the limit: one row alone within 2, as 3 rows without one
+    assert (curve(1, 2), curve(1), curve(5, 8)) == (1.0, 0.88, pytest.approx(0.91))
 
 
 def test_padding_follows_the_refined_curve() -> None:

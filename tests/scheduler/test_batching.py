@@ -20,6 +20,7 @@ from lookahead.engine.numerics import width_probe
 from lookahead.engine.step import StepRunner
 from lookahead.errors import ConfigError
 from lookahead.scheduler.request import Request
+import lookahead.scheduler.scheduler as sched_module
 from lookahead.scheduler.scheduler import Scheduler, SchedulerConfig
 from lookahead.testing import ARCHS, tiny_model
 
@@ -143,3 +144,35 @@ def test_exact_passes_are_padded_to_a_cheaper_width(exact: bool, capped: bool) -
         expected = 1
     assert widths == [expected] * len(widths)
     assert tokens == lookahead.generate(lm, ids, max_new_tokens=6, strategy="autoregressive", exact=exact).token_ids
+
+
+def test_the_allocator_prices_widths_as_they_will_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A curve whose cheapest width (8x the floor, 0.5) lies beyond max_rows (2x the floor): the pass can
+    # never be padded that far, so a width just past the floor runs as itself (1 + 4/f interpolated between
+    # f and 2f, which costs 5) and must be priced so, not at the unreachable 0.5. Priced without the limit,
+    # every width up to 2f looked cheaper than one row, and steps speculated at a loss.
+    lm = model64("llama")
+    ids = lm.encode("abcabcabcab", raw=True)
+    f = StepRunner(lm.model, None, width_probe(lm.model)).model.floor or 4
+    max_rows = 2 * f
+    scheduler = Scheduler(lm, SchedulerConfig(max_batch=1, max_rows=max_rows, exact=True))
+    ceiling = scheduler.runner.model.ceiling  # the widest exact pass caps max_rows too
+    limit = max_rows if ceiling is None else min(max_rows, ceiling)
+    assert limit > f, "no width past the floor fits: the test would prove nothing"
+    curve = CostCurve({1: 1.0, f: 1.0, 2 * f: 5.0, 8 * f: 0.5}, scheduler.runner.model.floor, learns=False)
+    scheduler.curve = curve
+    seen: list[list[float]] = []
+    real = sched_module.allocate_batch
+
+    def spy(requests, cost, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append([cost(k) for k in range(1, limit + 1)])
+        return real(requests, cost, **kwargs)
+
+    monkeypatch.setattr(sched_module, "allocate_batch", spy)
+    cfg = GenerationConfig(max_new_tokens=6, strategy="prompt_lookup")
+    scheduler.add(Request(lm, ids, cfg))
+    drain(scheduler)
+    assert seen, "the scheduler never allocated"
+    expected = [curve(k, limit) for k in range(1, limit + 1)]
+    assert expected[f] == pytest.approx(1.0 + 4.0 / f) and curve(f + 1) == 0.5  # the limit changes the price
+    assert all(prices == expected for prices in seen)

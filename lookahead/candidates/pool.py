@@ -127,7 +127,8 @@ class SourcePool:
                 self._idle = 0
             else:
                 self._idle += 1
-        obs = Observation(context, outcome.accepted, outcome.aux_out, outcome.successors, outcome.predecessors)
+        obs = Observation(context, outcome.accepted, outcome.aux_out, outcome.successors, outcome.predecessors,
+                          outcome.successor_logits)
         for source in self.sources:
             source.observe(obs)
 

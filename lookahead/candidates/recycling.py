@@ -47,6 +47,16 @@ are emitted in the order their branches were created (so best branch point first
 max_tokens long; they are distinct leaves of one tree, so none is a prefix of another. Paths may
 repeat tokens (a -> b -> a -> b): depth is bounded by max_tokens, so cycles cannot loop.
 
+Sampling. A row's best-first order is the greedy guess; under seeded sampling the token at position t is
+argmax(logits / temperature + noise_t), and noise_t is the rule's own, known before the step
+(engine/sampling.py), so each row is ordered by that score instead, over the logits the step recycled
+with it (`Observation.logits`; the newest row this request wrote for the token), the tokens past the
+sampling's top-k or top-p last. Measured before building it (SmolLM2-135M bf16, 8 HellaSwag prompts at
+temperature 1.0, teacher-forced): a token's recycled row put the drawn token first 4.8% of the time, the
+noise's order 9.4%; in the engine (10 high-entropy requests, interleaved, identical outputs) recycled
+tokens 85 -> 156, tokens per step 1.117 -> 1.181, paired speed +4.5%; 10 chat requests at temperature
+0.7, top-p 0.9: tokens per step 1.506 -> 1.554, +3.3%.
+
 Feature (< 60): rank of the path's first token under the root (0, 1, 2, 3; 4 for rank >= 4), plus 5
 when that token is the root's confirmed successor (it was actually seen to follow the root), plus 10
 when the root's row is inherited from another request, plus 20 for each preceding token that keys
@@ -62,11 +72,15 @@ Keyed rows (order 2) add ~30 us a step: candidates over 300 rows, 313 keyed, lim
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Sequence
 from heapq import heappop, heappush
 from typing import Any
 
+import torch
+
+from lookahead.engine.sampling import TokenChooser
 from lookahead.engine.sources import HISTORY, Candidate, Observation
 
 _RANK_BUCKETS = 5  # first-token rank 0..3, and 4 for 4+
@@ -168,7 +182,7 @@ class RecyclingSource:
     name: str = "recycle"
 
     def __init__(self, top_k: int = 8, max_nodes: int = 64, first_prob: float = 0.6, rank_decay: float = 0.4,
-                 table: SuccessorTable | None = None) -> None:
+                 table: SuccessorTable | None = None, chooser: TokenChooser | None = None) -> None:
         if table is not None and table.top_k != top_k:
             raise ValueError(f"a table of top-{table.top_k} rows for a source of top_k {top_k}")
         if max_nodes < 1:
@@ -182,11 +196,18 @@ class RecyclingSource:
         self.adj = self.table.adj
         self.confirmed = self.table.confirmed
         self.own: set[int] = set()  # tokens whose row this request wrote (the others are inherited)
+        # Sampling: the rule's noise (engine/sampling.py) orders each row (see `_drawn_first`); the logits
+        # of the newest row this request wrote per token, successor -> logit (None: greedy, rank order)
+        self.chooser = chooser if chooser is not None and not chooser.cfg.greedy else None
+        self.logits: dict[int, dict[int, float]] = {}
 
     # -- learning -------------------------------------------------------------------------------
     def observe(self, obs: Observation) -> None:
         adj, k, table = self.adj, self.top_k, self.table
         before = obs.predecessors if len(obs.predecessors) == len(obs.successors) else [()] * len(obs.successors)
+        if self.chooser is not None and len(obs.logits) == len(obs.successors):
+            for (token, nxt), values in zip(obs.successors, obs.logits):
+                self.logits[token] = dict(zip(nxt, values))
         for (token, nxt), prev in zip(obs.successors, before):
             if len(nxt) > k:
                 nxt = nxt[:k]
@@ -230,6 +251,10 @@ class RecyclingSource:
         first_row, root_order = row_of(before_root, root)
         if not first_row:
             return []
+        start = len(context)  # the absolute position of the first guessed token
+        rows: dict[tuple[int, ...], tuple[int, ...]] = {}  # sampling: each path's row, ordered once per call
+        if self.chooser is not None:
+            first_row = self._drawn_first(first_row, root, start)
         # Nodes: index -> (path from the root, score, leaf slot); node 0 is the root itself. A node's
         # row is its (parent's token, token) pair row where there is one, else its token's row.
         paths: list[tuple[int, ...]] = [()]
@@ -243,7 +268,12 @@ class RecyclingSource:
             if not path:
                 return first_row
             before = (*before_root, root, *path[:-1])
-            return row_of(before[-history:] if history else (), path[-1])[0]
+            row = row_of(before[-history:] if history else (), path[-1])[0]
+            if self.chooser is None or not row:
+                return row
+            if path not in rows:  # ordered for the position after the path
+                rows[path] = self._drawn_first(row, path[-1], start + len(path))
+            return rows[path]
 
         # The greedy chain, whole; each of its nodes' rank-1 siblings goes on the frontier.
         parent = 0
@@ -256,7 +286,7 @@ class RecyclingSource:
             scores.append(scores[parent] * prior[0])
             slot_of.append(0)
             parent = len(paths) - 1
-            row = row_after(paths[parent])
+            row = row_after(paths[parent]) if len(paths) <= max_tokens else None
         leaves.append(parent)
 
         budget = max(len(paths) - 1, min(limit * max_tokens, self.max_nodes))
@@ -296,3 +326,29 @@ class RecyclingSource:
                 + _ORDER * (root_order - 1)
             out.append(Candidate(tokens=path, source=self.name, feature=feature))
         return out
+
+    def _drawn_first(self, row: tuple[int, ...], token: int, position: int) -> tuple[int, ...]:
+        """`row` (the successors of `token`) reordered by what the sampling rule would pick at `position`:
+        argmax(logit / temperature + noise) where the noise is the rule's own for that position (a pure
+        function of the seed and the position, engine/sampling.py), over the logits of the newest row this
+        request wrote for `token` (a successor without one takes the row's lowest). Tokens past the
+        sampling's top-k, or past its top-p within the row, go last. Rows with no logits keep their order."""
+        known = self.logits.get(token)
+        if not known or self.chooser is None:
+            return row
+        cfg = self.chooser.cfg
+        low = min(known.values())
+        logits = [known.get(t, low) / cfg.temperature for t in row]
+        noise = self.chooser.gumbel(position)[torch.tensor(row)].tolist()
+        by_logit = sorted(range(len(row)), key=lambda j: -logits[j])
+        outside: set[int] = set(by_logit[cfg.top_k:]) if cfg.top_k else set()
+        if cfg.top_p < 1.0:  # the row's own share of probability: a nucleus over these tokens only
+            top = logits[by_logit[0]]
+            weights = [math.exp(logits[j] - top) for j in by_logit]
+            total, mass = sum(weights), 0.0
+            for j, w in zip(by_logit, weights):
+                if mass >= cfg.top_p * total:
+                    outside.add(j)
+                mass += w
+        order = sorted(range(len(row)), key=lambda j: (j in outside, -(logits[j] + noise[j])))
+        return tuple(row[j] for j in order)

@@ -68,7 +68,7 @@ SOURCES: dict[str, Callable[[ProposerInputs], CandidateSource | None]] = {
     "context": _context,
     "cache": lambda x: CacheSource(x.ngram_cache) if x.ngram_cache is not None else None,
     "jacobi": _jacobi,
-    "recycle": lambda x: RecyclingSource(table=x.successors),
+    "recycle": lambda x: RecyclingSource(table=x.successors, chooser=x.chooser),
     "suffix": lambda x: SuffixSource(x.prompt),
 }
 

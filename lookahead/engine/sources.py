@@ -43,13 +43,15 @@ class Observation:
     branches are included: their predictions are still the model's, just for another prefix.
     `predecessors` (empty, or one per successors row): the tokens before that row's input token on the
     row's own path, oldest first (for a tree node: the tokens before the root, the root, its ancestors),
-    at most HISTORY; empty for rows on no path (aux rows)."""
+    at most HISTORY; empty for rows on no path (aux rows). `logits` (empty, or one per successors row):
+    the model's logits of those top-k tokens, in the same order."""
 
     context: Sequence[int]
     accepted: Sequence[int]
     aux_out: Sequence[int] = ()
     successors: Sequence[tuple[int, tuple[int, ...]]] = ()
     predecessors: Sequence[tuple[int, ...]] = ()
+    logits: Sequence[tuple[float, ...]] = ()
 
 
 @runtime_checkable

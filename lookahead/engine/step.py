@@ -134,14 +134,17 @@ class StepRunner:
             #    root; a node's ancestors and the root), which key the recycled rows by context; none for aux rows.
             successors: list[tuple[int, tuple[int, ...]]] = []
             before: list[tuple[int, ...]] = []
+            scores: list[tuple[float, ...]] = []
             if top is not None:
                 successors = list(zip(query.tokens[query.keep].tolist(), map(tuple, top.indices.tolist())))
+                scores = list(map(tuple, top.values.float().tolist()))
                 before = [it.history[-HISTORY:]]
                 for parent in tree.parents:  # parents come first: node i's tokens before it extend its parent's
                     before.append((*before[parent + 1], it.root if parent < 0 else tree.tokens[parent])[-HISTORY:])
                 before += [()] * (len(successors) - len(before))
             outcomes.append(StepOutcome(accepted, sources, chosen.after(1 + t), query_tokens=rows, candidate_tokens=t,
-                                        successors=successors, predecessors=before, forward_s=spent / b))
+                                        successors=successors, predecessors=before, successor_logits=scores,
+                                        forward_s=spent / b))
         return outcomes
 
 

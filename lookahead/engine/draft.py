@@ -148,7 +148,7 @@ class StepOutcome:
     candidate_tokens: int
     successors: list[tuple[int, tuple[int, ...]]] = field(default_factory=list)  # see sources.Observation
     predecessors: list[tuple[int, ...]] = field(default_factory=list)  # see sources.Observation
-    successor_logits: list[tuple[float, ...]] = field(default_factory=list)  # see sources.Observation
+    successor_logits: list[tuple[float, ...]] = field(default_factory=list)  # sampled steps; sources.Observation
     forward_s: float = 0.0  # seconds inside the forward pass
 
 

@@ -11,11 +11,46 @@ Lossless speculation needs one rule that maps (distribution at position t, seed,
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from lookahead.config import SamplingConfig
 
 _MIX = 0x9E3779B97F4A7C15  # odd 64-bit constant (golden ratio) for seed mixing
 _NARROW = (torch.bfloat16, torch.float16)  # float32 holds every value of these exactly
+BLOCK = 128  # `largest`: logits per block of a row's first pass
+
+
+def largest(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The k largest logits of each row and their indices, [R, V] -> ([R, k], [R, k]), descending: the
+    values torch.topk(logits, k, dim=-1) gives, in two cheaper passes. Among equal values the indices
+    may be other ones than topk's (topk does not specify which either).
+
+    First every row's maximum per block of BLOCK logits, then the k largest logits among the k blocks
+    with the largest maxima. Those blocks hold the k largest values: a logit in any other block is at
+    most each of those k maxima, k values in distinct blocks, so it is among the k largest only through
+    a tie, and an equal value then takes its place. Rows are independent (a row's result does not depend
+    on the rows beside it). bfloat16/float16 rows are compared widened to float32 (exact; CPU reductions
+    over them are several times slower); the values come back in the logits' dtype.
+
+    Why: a lookahead step reads the top-k predictions of every row it computed (recycled successors).
+    torch.topk over the 8 rows of such a step took 0.36 ms with SmolLM2's 49,152 tokens, 0.87 ms with
+    128,256 (Llama 3) and 1.3 ms with 262,144 (Gemma 3), against 0.17, 0.20 and 0.27 ms this way
+    (bfloat16, Zen 4, 2 threads)."""
+    rows, vocab = logits.shape
+    if k * BLOCK * 4 > vocab:  # a small vocabulary: one pass is as cheap
+        return torch.topk(logits, k, dim=-1)
+    wide = logits.float() if logits.dtype in _NARROW else logits
+    pad = -vocab % BLOCK
+    if pad:
+        wide = F.pad(wide, (0, pad), value=float("-inf"))
+    blocks = wide.view(rows, -1, BLOCK)  # [R, B, BLOCK]
+    best = blocks.amax(dim=-1).topk(k, dim=-1).indices  # [R, k]: the blocks with the k largest maxima
+    picked = blocks.gather(1, best[..., None].expand(rows, k, BLOCK)).view(rows, k * BLOCK)  # [R, k*BLOCK]
+    values, at = picked.topk(k, dim=-1)  # [R, k]
+    indices = best.gather(1, at // BLOCK) * BLOCK + at % BLOCK  # [R, k] in the row
+    if pad and bool((indices >= vocab).any()):  # a row with fewer than k logits above -inf picked padding
+        return torch.topk(logits, k, dim=-1)
+    return values.to(logits.dtype), indices
 
 
 def process_logits(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
@@ -23,7 +58,7 @@ def process_logits(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
     x = logits.float() / cfg.temperature
     vocab = x.shape[-1]
     if 0 < cfg.top_k < vocab:
-        kth = torch.topk(x, cfg.top_k, dim=-1).values[..., -1:]  # [R, 1]
+        kth = largest(x, cfg.top_k)[0][..., -1:]  # [R, 1]
         x = x.masked_fill(x < kth, float("-inf"))
     if cfg.top_p < 1.0:
         x = x.masked_fill(~nucleus(x, cfg.top_p), float("-inf"))

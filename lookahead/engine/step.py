@@ -21,7 +21,7 @@ from lookahead.engine.attention import KEY_BLOCK, KEY_PERIOD
 from lookahead.engine.numerics import KEY_ALIGN, WidthProbe
 from lookahead.engine.query import align_tree, build_query, verify
 from lookahead.engine.sources import HISTORY
-from lookahead.engine.sampling import TokenChooser
+from lookahead.engine.sampling import TokenChooser, largest
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ class StepRunner:
             # 3. Choose: the model's own token at the kept rows (greedy or seeded Gumbel-max): at every row,
             #    or, sampling, at the rows the walk below visits (their order is the walk's).
             t = query.n_tree
-            top = torch.topk(out, it.top_k, dim=-1) if it.top_k else None  # [K, top_k] values, indices
+            top = largest(out, it.top_k) if it.top_k else None  # [K, top_k] values, indices
             chosen = _Choices(it.chooser, out, (query.positions[query.keep] + 1).tolist(), it.chooser.cfg.greedy,
                               None if top is None else (top.values, top.indices))
 

@@ -11,7 +11,7 @@ from scipy import stats
 
 import lookahead
 from lookahead import LookaheadConfig, SamplingConfig
-from lookahead.engine.sampling import TokenChooser, nucleus, process_logits
+from lookahead.engine.sampling import BLOCK, TokenChooser, largest, nucleus, process_logits
 
 from .helpers import model64
 
@@ -136,6 +136,66 @@ def test_greedy_read_off_the_top_k_is_the_first_maximum(dtype: torch.dtype) -> N
     chooser = TokenChooser(SamplingConfig(temperature=0.0), 50)
     assert chooser.choose(rows, [0, 1, 2, 3], (values, indices)) == rows.argmax(dim=-1).tolist()
     assert chooser.choose(rows, [0, 1, 2, 3], (values, indices))[1:] == [7, 5, 2]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64])
+def test_largest_gives_topk_values_from_the_blocks_with_the_largest_maxima(dtype: torch.dtype) -> None:
+    # 5,000 logits a row (39 whole blocks of 128 and a last block of 8), k = 8: the two-pass path.
+    vocab, k = 5000, 8
+    assert k * BLOCK * 4 <= vocab
+    rows = torch.randn(6, vocab, generator=torch.Generator().manual_seed(3), dtype=torch.float64).to(dtype)
+    top = float(rows.float().max()) + 1
+    rows[1, 128:136] = top  # row 1: all k largest in one block (block 1), tied: only that block can hold them
+    rows[2, 4999] = top  # row 2: the maximum is the very last logit, in the short last block
+    rows[2, 4992] = top - 0.5  # ... and the runner-up opens that block
+    rows[3, [127, 128, 255, 256]] = top  # row 3: four ties on block edges (blocks 0, 1, 1, 2) ...
+    rows[3, 1000] = top + 1  # ... under a unique maximum
+    rows[4] = -3.0  # row 4: every logit tied, so any k of them are the k largest
+    rows[4, 4500] = 0.0
+    values, indices = largest(rows, k)
+    expected = torch.topk(rows, k, dim=-1).values
+    assert values.dtype == dtype and torch.equal(values, expected)
+    assert torch.equal(rows.gather(1, indices), values)  # each index holds its value
+    assert all(len(set(r)) == k for r in indices.tolist())  # k distinct logits a row
+    assert sorted(indices[1].tolist()) == list(range(128, 136))
+    assert indices[2, :2].tolist() == [4999, 4992]
+    assert indices[3, 0] == 1000 and sorted(indices[3, 1:5].tolist()) == [127, 128, 255, 256]
+    assert indices[4, 0] == 4500
+    # a row's result does not depend on the rows beside it
+    for r in range(rows.shape[0]):
+        alone = largest(rows[r : r + 1], k)
+        assert torch.equal(alone[0][0], values[r]) and torch.equal(alone[1][0], indices[r])
+
+
+def test_largest_falls_back_to_topk_where_padding_would_be_picked() -> None:
+    # 4,993 logits: 39 whole blocks and a last block of one logit (column 4992) and 127 of padding (-inf).
+    # Row 0 has one logit above -inf, in that last block: its block comes first, and the 7 other places go
+    # to -inf values, of which the padding right after column 4992 would be picked first (columns past
+    # the vocabulary). Such a row takes torch.topk instead. Row 1: plain.
+    rows = torch.full((2, 4993), float("-inf"))
+    rows[0, 4992] = 1.0
+    rows[1] = torch.arange(4993, dtype=torch.float32)
+    values, indices = largest(rows, 8)
+    assert int(indices.max()) < 4993
+    assert torch.equal(values, torch.topk(rows, 8, dim=-1).values)
+    assert indices[0, 0] == 4992 and indices[1].tolist() == list(range(4992, 4984, -1))
+
+
+def test_small_vocabularies_take_one_topk() -> None:
+    rows = torch.randn(3, 100, generator=torch.Generator().manual_seed(0))
+    assert all(torch.equal(a, b) for a, b in zip(largest(rows, 4), torch.topk(rows, 4, dim=-1)))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_greedy_read_off_largest_is_the_first_maximum(dtype: torch.dtype) -> None:
+    # What a lookahead step does: the k largest by `largest`, the greedy token read off them. Ties for the
+    # maximum on both sides of a block edge and far apart; the first (column 127) must win.
+    rows = torch.randn(3, 6000, generator=torch.Generator().manual_seed(5), dtype=torch.float64).to(dtype)
+    rows[0, [5000, 128, 127, 3000]] = float(rows[0].float().max()) + 1
+    rows[1, [5999]] = float(rows[1].float().max()) + 1  # the last column
+    chooser = TokenChooser(SamplingConfig(temperature=0.0), 6000)
+    chosen = chooser.choose(rows, [0, 1, 2], largest(rows, 8))
+    assert chosen == rows.argmax(dim=-1).tolist() and chosen[:2] == [127, 5999]
 
 
 def test_engine_first_token_follows_model_distribution() -> None:

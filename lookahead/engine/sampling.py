@@ -10,6 +10,8 @@ Lossless speculation needs one rule that maps (distribution at position t, seed,
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
 
@@ -20,7 +22,14 @@ _NARROW = (torch.bfloat16, torch.float16)  # float32 holds every value of these 
 BLOCK = 128  # `largest`: logits per block of a row's first pass
 
 
-def largest(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+class Largest(NamedTuple):
+    """A row's k largest logits [R, k], descending, and their indices [R, k] (as torch.topk's result)."""
+
+    values: torch.Tensor
+    indices: torch.Tensor
+
+
+def largest(logits: torch.Tensor, k: int) -> Largest:
     """The k largest logits of each row and their indices, [R, V] -> ([R, k], [R, k]), descending: the
     values torch.topk(logits, k, dim=-1) gives, in two cheaper passes. Among equal values the indices
     may be other ones than topk's (topk does not specify which either).
@@ -38,7 +47,7 @@ def largest(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     (bfloat16, Zen 4, 2 threads)."""
     rows, vocab = logits.shape
     if k * BLOCK * 4 > vocab:  # a small vocabulary: one pass is as cheap
-        return torch.topk(logits, k, dim=-1)
+        return Largest(*torch.topk(logits, k, dim=-1))
     wide = logits.float() if logits.dtype in _NARROW else logits
     pad = -vocab % BLOCK
     if pad:
@@ -49,8 +58,8 @@ def largest(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     values, at = picked.topk(k, dim=-1)  # [R, k]
     indices = best.gather(1, at // BLOCK) * BLOCK + at % BLOCK  # [R, k] in the row
     if pad and bool((indices >= vocab).any()):  # a row with fewer than k logits above -inf picked padding
-        return torch.topk(logits, k, dim=-1)
-    return values.to(logits.dtype), indices
+        return Largest(*torch.topk(logits, k, dim=-1))
+    return Largest(values.to(logits.dtype), indices)
 
 
 def process_logits(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
@@ -58,7 +67,7 @@ def process_logits(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
     x = logits.float() / cfg.temperature
     vocab = x.shape[-1]
     if 0 < cfg.top_k < vocab:
-        kth = largest(x, cfg.top_k)[0][..., -1:]  # [R, 1]
+        kth = largest(x, cfg.top_k).values[..., -1:]  # [R, 1]
         x = x.masked_fill(x < kth, float("-inf"))
     if cfg.top_p < 1.0:
         x = x.masked_fill(~nucleus(x, cfg.top_p), float("-inf"))

@@ -5,9 +5,12 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+import torch
 
 import lookahead
+import lookahead.engine.step as step_module
 from lookahead import LookaheadConfig
+from lookahead.engine import sampling
 from lookahead.engine.numerics import width_probe
 from lookahead.testing import ARCHS
 
@@ -142,3 +145,31 @@ def test_every_source_is_lossless_greedy_and_sampled(arch: str) -> None:
                 accepted[source] = accepted.get(source, 0) + n
     # each source got guesses accepted somewhere, or its equivalence proves little
     assert {"recycle", "suffix", "context", "jacobi"} <= {s for s, n in accepted.items() if n > 0}, accepted
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_steps_reading_the_top_k_in_two_passes_stay_lossless(arch: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The tiny models' 259 tokens take one torch.topk (engine/sampling.largest: small vocabularies); with
+    # blocks of 2 logits the two-pass path reads every step's top-8 (recycled successors, the greedy
+    # token off them) and the sampling rule's top-k cut: lookahead must still equal autoregressive.
+    monkeypatch.setattr(sampling, "BLOCK", 2)
+    lm = model64(arch)
+    assert 8 * sampling.BLOCK * 4 <= lm.model.get_output_embeddings().weight.shape[0]
+    passes: list[int] = []
+    two_pass = sampling.largest
+
+    def spy(logits: torch.Tensor, k: int) -> sampling.Largest:
+        passes.append(logits.shape[0])
+        return two_pass(logits, k)
+
+    monkeypatch.setattr(step_module, "largest", spy)
+    recycled = 0
+    for i, text in enumerate(prompts(6)):
+        ids = lm.encode(text, raw=True)
+        for rule in (lookahead.SamplingConfig(), lookahead.SamplingConfig(temperature=0.8, top_k=12, seed=i)):
+            ar = lookahead.generate(lm, ids, max_new_tokens=MAX_NEW, strategy="autoregressive", sampling=rule)
+            la = lookahead.generate(lm, ids, max_new_tokens=MAX_NEW, sampling=rule)
+            assert la.token_ids == ar.token_ids, f"{arch} prompt {i} {rule}"
+            recycled += la.stats.accepted_by_source.get("recycle", 0)
+    assert passes and max(passes) > 1, "no step read its rows' top-k"
+    assert recycled > 0, "no recycled guess was accepted: the successors read in two passes went unused"

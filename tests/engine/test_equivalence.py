@@ -150,9 +150,11 @@ def test_every_source_is_lossless_greedy_and_sampled(arch: str) -> None:
 @pytest.mark.parametrize("arch", ARCHS)
 def test_steps_reading_the_top_k_in_two_passes_stay_lossless(arch: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # The tiny models' 259 tokens take one torch.topk (engine/sampling.largest: small vocabularies); with
-    # blocks of 2 logits the two-pass path reads every step's top-8 (recycled successors, the greedy
-    # token off them) and the sampling rule's top-k cut: lookahead must still equal autoregressive.
+    # blocks of 2 logits and no size limit the two-pass path reads every step's top-8 (recycled
+    # successors, the greedy token off them) and the sampling rule's top-k cut: lookahead must still
+    # equal autoregressive.
     monkeypatch.setattr(sampling, "BLOCK", 2)
+    monkeypatch.setattr(sampling, "TWO_PASS_FROM", 0)
     lm = model64(arch)
     assert 8 * sampling.BLOCK * 4 <= lm.model.get_output_embeddings().weight.shape[0]
     passes: list[int] = []

@@ -11,6 +11,7 @@ from scipy import stats
 
 import lookahead
 from lookahead import LookaheadConfig, SamplingConfig
+from lookahead.engine import sampling
 from lookahead.engine.sampling import BLOCK, TokenChooser, largest, nucleus, process_logits
 
 from .helpers import model64
@@ -139,7 +140,9 @@ def test_greedy_read_off_the_top_k_is_the_first_maximum(dtype: torch.dtype) -> N
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64])
-def test_largest_gives_topk_values_from_the_blocks_with_the_largest_maxima(dtype: torch.dtype) -> None:
+def test_largest_gives_topk_values_from_the_blocks_with_the_largest_maxima(dtype: torch.dtype,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sampling, "TWO_PASS_FROM", 0)  # two passes at any vocabulary size
     # 5,000 logits a row (39 whole blocks of 128 and a last block of 8), k = 8: the two-pass path.
     vocab, k = 5000, 8
     assert k * BLOCK * 4 <= vocab
@@ -167,7 +170,8 @@ def test_largest_gives_topk_values_from_the_blocks_with_the_largest_maxima(dtype
         assert torch.equal(alone[0][0], values[r]) and torch.equal(alone[1][0], indices[r])
 
 
-def test_largest_falls_back_to_topk_where_padding_would_be_picked() -> None:
+def test_largest_falls_back_to_topk_where_padding_would_be_picked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sampling, "TWO_PASS_FROM", 0)
     # 4,993 logits: 39 whole blocks and a last block of one logit (column 4992) and 127 of padding (-inf).
     # Row 0 has one logit above -inf, in that last block: its block comes first, and the 7 other places go
     # to -inf values, of which the padding right after column 4992 would be picked first (columns past
@@ -181,13 +185,18 @@ def test_largest_falls_back_to_topk_where_padding_would_be_picked() -> None:
     assert indices[0, 0] == 4992 and indices[1].tolist() == list(range(4992, 4984, -1))
 
 
-def test_small_vocabularies_take_one_topk() -> None:
-    rows = torch.randn(3, 100, generator=torch.Generator().manual_seed(0))
-    assert all(torch.equal(a, b) for a, b in zip(largest(rows, 4), torch.topk(rows, 4, dim=-1)))
+def test_vocabularies_under_the_two_pass_size_take_one_topk() -> None:
+    # SmolLM2's 49,152 tokens and a tiny model's 100: torch.topk's own result, ties and all
+    for vocab in (100, 49_152):
+        assert vocab < sampling.TWO_PASS_FROM
+        rows = torch.randn(3, vocab, generator=torch.Generator().manual_seed(0)).bfloat16()
+        rows[1, [7, 90, 40]] = 20.0
+        assert all(torch.equal(a, b) for a, b in zip(largest(rows, 8), torch.topk(rows, 8, dim=-1)))
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_greedy_read_off_largest_is_the_first_maximum(dtype: torch.dtype) -> None:
+def test_greedy_read_off_largest_is_the_first_maximum(dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sampling, "TWO_PASS_FROM", 0)
     # What a lookahead step does: the k largest by `largest`, the greedy token read off them. Ties for the
     # maximum on both sides of a block edge and far apart; the first (column 127) must win.
     rows = torch.randn(3, 6000, generator=torch.Generator().manual_seed(5), dtype=torch.float64).to(dtype)

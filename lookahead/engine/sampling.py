@@ -33,9 +33,9 @@ class Largest(NamedTuple):
 def largest(logits: torch.Tensor, k: int) -> Largest:
     """The k largest logits of each row and their indices, [R, V] -> ([R, k], [R, k]), descending: the
     values torch.topk(logits, k, dim=-1) gives; from TWO_PASS_FROM tokens on, in two cheaper passes
-    (under it, torch.topk's own result). Equal values come in no stated
-    order, and where they tie across the k-th place which of them are in is not stated either (as with
-    torch.topk; sorting the k by index as well cost a step 0.1-0.4 ms, more than the second pass saves).
+    (under it, torch.topk's own result). Equal values come in no stated order, and where they tie across
+    the k-th place which of them are in is not stated either (as with torch.topk; sorting the k by index
+    as well cost a step 0.1-0.4 ms, more than the second pass saves).
 
     First every row's maximum per block of BLOCK logits, then the k largest logits among the k blocks
     with the largest maxima. Those blocks hold the k largest values: a logit in any other block is at

@@ -222,13 +222,14 @@ class ModelRunner:
         """Append `tokens` after what the cache holds (positions follow on), in one causal pass; no
         logits are read back.
 
-        The pass runs the model's own fused attention (SDPA), not the exact one: no logit of it is read,
-        and every way of decoding a prompt (autoregressive, lookahead, batched or alone) caches it with
-        this same one pass, so every decoding step sees the same prompt keys and values whichever kernel
-        made them. The exact attention materialises float32 scores for every query row and key (a
-        1,500-token prompt took 2.6x as long, SmolLM2 bf16 on 2 Zen 4 cores); decoding rows are few. Into an
-        empty cache, with no sliding window shorter than the prompt, it is SDPA's causal kernel over the
-        prompt's own keys (attention.causal_prompt; 841 tokens 0.90 -> 0.77 s there), not the 4-D mask."""
+        The pass runs a fused attention kernel, not the exact one: no logit of it is read, and every way
+        of decoding a prompt (autoregressive, lookahead, batched or alone) caches it with this same one
+        pass, so every decoding step sees the same prompt keys and values whichever kernel made them. The
+        exact attention materialises float32 scores for every query row and key (a 1,500-token prompt
+        took 2.6x as long, SmolLM2 bf16 on 2 Zen 4 cores); decoding rows are few. Into an empty cache,
+        with no sliding window shorter than the prompt, it is a causal kernel over the prompt's own keys
+        (attention.causal_prompt; SDPA's: 841 tokens 0.90 -> 0.77 s there; in bfloat16 lookahead's own,
+        engine/prefill_kernel.cpp), not the model's SDPA over the 4-D mask."""
         n = len(tokens)
         if not n:
             return

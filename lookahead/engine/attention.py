@@ -141,7 +141,8 @@ def exact_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: 
             # lookahead's own (engine/prefill_kernel.cpp) where it builds, else SDPA's
             if not dropout and exact_kernel.prefills(query.dtype, query.shape[-1]):
                 scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-                return exact_kernel.kernel().causal_prefill(query, key, value, scale), None  # [1, Q, H, D]
+                q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (query, key, value))
+                return exact_kernel.kernel().causal_prefill(q, k, v, scale), None  # [1, Q, H, D]
             return sdpa_attention_forward(module, query, key[:, :, :rows], value[:, :, :rows], None, dropout=dropout,
                                           scaling=scaling, **kwargs)
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from lookahead.engine import exact_kernel
-from lookahead.engine.attention import install
+from lookahead.engine.attention import causal_prompt, exact_attention, install
 from lookahead.engine.kvcache import KVCache
 from lookahead.engine.model_runner import ModelRunner
 from lookahead.engine.numerics import KEY_ALIGN
@@ -83,6 +83,13 @@ def test_the_kernel_reads_strided_heads() -> None:
     kern = exact_kernel.kernel()
     torch.testing.assert_close(kern.causal_prefill(strided_q, buffer_k[:, :, :45], buffer_v[:, :, :45], 0.125),
                                kern.causal_prefill(q, k, v, 0.125), rtol=0, atol=0)
+    # a head size that is not contiguous is refused by the kernel; the attention function copies it first
+    odd_q = q.transpose(2, 3).contiguous().transpose(2, 3)
+    with pytest.raises(RuntimeError, match="contiguous head size"):
+        kern.causal_prefill(odd_q, k, v, 0.125)
+    with causal_prompt(45):
+        out, _ = exact_attention(None, odd_q, buffer_k, buffer_v, None, scaling=0.125)
+    torch.testing.assert_close(out, kern.causal_prefill(q, k, v, 0.125), rtol=0, atol=0)
 
 
 def test_a_bfloat16_prompt_runs_the_kernel_in_every_layer(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,6 +16,7 @@ from lookahead.candidates.lookahead import JacobiSource
 from lookahead.candidates.ngram_cache import NGramCache
 from lookahead.candidates.pool import PoolConfig, SourcePool
 from lookahead.candidates.recycling import RecyclingSource, SuccessorTable
+from lookahead.candidates.resume import ResumeSource
 from lookahead.candidates.speculative import SpeculativeProposer
 from lookahead.candidates.suffix import SuffixSource
 from lookahead.config import STRATEGIES, GenerationConfig
@@ -70,10 +71,11 @@ SOURCES: dict[str, Callable[[ProposerInputs], CandidateSource | None]] = {
     "jacobi": _jacobi,
     "recycle": lambda x: RecyclingSource(table=x.successors, chooser=x.chooser),
     "suffix": lambda x: SuffixSource(x.prompt),
+    "resume": lambda x: ResumeSource(x.prompt),
 }
 
 # Sources that copy spans of text (turned off by LookaheadConfig.context_ngrams=False).
-COPY_SOURCES = ("context", "suffix", "cache")
+COPY_SOURCES = ("context", "suffix", "cache", "resume")
 
 # Free-source strategies and the sources they draw from ("lookahead" takes LookaheadConfig.sources).
 STRATEGY_SOURCES: dict[str, tuple[str, ...]] = {

@@ -30,7 +30,9 @@ class LookaheadConfig:
         The copy source is `suffix` (longest earlier match, continuations weighted by how often each
         followed, calibrated by match length), not prompt lookup's `context` (keys of 3, 2, 1 tokens):
         paired on held-out requests 0-4% faster on four of five classes (1% behind on math, and on
-        prompts a-f) (README, "Measured: the suffix source as the copy source").
+        prompts a-f) (README, "Measured: the suffix source as the copy source"). `resume` guesses
+        that a copy which broke off at one token goes on after it (README, "Measured: a copy resumed
+        after one changed token").
 
     Defaults were measured on a 2-core CPU with SmolLM2-135M in bfloat16 and float32 (README,
     "Performance"). Exact steps at reduced precision verify one chain (engine/query.py), so the rows
@@ -47,7 +49,7 @@ class LookaheadConfig:
     context_ngrams: bool = True
     max_pool_per_key: int = 16
     context_tokens: int | None = 11
-    sources: tuple[str, ...] = ("suffix", "recycle", "cache", "jacobi")
+    sources: tuple[str, ...] = ("suffix", "recycle", "cache", "jacobi", "resume")
 
     def __post_init__(self) -> None:
         if not isinstance(self.window, int) or self.window < 1:

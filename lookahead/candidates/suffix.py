@@ -50,6 +50,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from heapq import heappop, heappush
 
+from lookahead.candidates.growing import GrowingText
 from lookahead.engine.sources import Candidate, Observation
 
 
@@ -60,7 +61,7 @@ def feature_of(match_len: int, share: float) -> int:
     return 3 * length_bucket + share_bucket
 
 
-class SuffixSource:
+class SuffixSource(GrowingText):
     """Guesses from what followed the longest earlier match of the context's suffix."""
 
     name: str = "suffix"
@@ -87,14 +88,6 @@ class SuffixSource:
         self._match = 0  # longest earlier match of the current suffix (uncapped)
         self._occ: dict[tuple[int, ...], list[int]] = {}
         self._cur: list[list[int]] = []  # position lists of the current suffix, one per indexed length
-
-    def _sync(self, context: Sequence[int]) -> None:
-        n = len(self._tokens)
-        if len(context) < n or (n and context[n - 1] != self._tokens[n - 1]):
-            self._reset()
-            n = 0
-        for token in context[n:]:
-            self._extend(int(token))
 
     def _extend(self, c: int) -> None:
         nxt, link, ln = self._next, self._link, self._len

@@ -13,7 +13,7 @@ import argparse
 import json
 import statistics
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,15 +35,17 @@ def paired_parser(doc: str) -> argparse.ArgumentParser:
     ap.add_argument("--from", dest="start", type=int, default=20, help="first request of each class (held out)")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--classes", default=",".join(CLASSES), help="comma-separated classes (default: every greedy one)")
     return ap
 
 
 def run_paired(workload: Path, arms: dict[str, Arm], a: str, b: str, per_class: int, start: int,
-               max_new_tokens: int, calibrators: dict[str, Callable[[], Calibrator]] | None = None) -> dict[str, Any]:
+               max_new_tokens: int, calibrators: dict[str, Callable[[], Calibrator]] | None = None,
+               classes: Sequence[str] = CLASSES) -> dict[str, Any]:
     """`calibrators`: how an arm makes its calibrator for a class (default: Calibrator())."""
     rows = []
     make = calibrators or {}
-    for cls in CLASSES:
+    for cls in classes:
         with (workload / f"{cls}.jsonl").open() as f:
             reqs = [json.loads(line) for line in f][start : start + per_class]
         learned = {name: (make.get(name, Calibrator)(), SuccessorTable()) for name in arms}
@@ -62,7 +64,7 @@ def run_paired(workload: Path, arms: dict[str, Arm], a: str, b: str, per_class: 
             print(f"{cls:16s} {req['id']:32s} {b}/{a} speed {rows[-1]['speed']:.3f}  tok/step {ra[2]:.2f} {rb[2]:.2f}  "
                   f"rows {ra[3]:.1f} {rb[3]:.1f}", flush=True)
     summary = {}
-    for cls in CLASSES:
+    for cls in classes:
         rs = [r for r in rows if r["class"] == cls]
         summary[cls] = {"speed": round(statistics.median(r["speed"] for r in rs), 3),
                         "tokens_per_step": [round(statistics.fmean(r["tps"][j] for r in rs), 3) for j in (0, 1)],

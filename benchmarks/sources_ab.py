@@ -5,7 +5,7 @@ calibrator and recycled successors per class (as the bench keeps them); outputs 
 
     lookahead workloads build --out /tmp/wl
     python benchmarks/sources_ab.py --workload /tmp/wl --a suffix,recycle,cache,jacobi \\
-        --b suffix,recycle,cache,jacobi,resume [--per-class 8] [--from 20]
+        --b suffix,recycle,cache,jacobi,resume [--per-class 8] [--from 20] [--classes code,math]
 
 Prints per request and per class the paired speed of b over a (paired_ab.py), then one JSON line.
 """
@@ -41,7 +41,7 @@ def main() -> int:
             lm, messages, max_new_tokens=n, lookahead=cfg, calibrator=calibrator, successors=successors)
 
     summary = run_paired(args.workload, {args.a: arm(args.a), args.b: arm(args.b)}, args.a, args.b,
-                         args.per_class, args.start, args.max_new_tokens)
+                         args.per_class, args.start, args.max_new_tokens, classes=args.classes.split(","))
     print(json.dumps(summary))
     return 0
 

@@ -33,6 +33,11 @@ class LookaheadConfig:
         prompts a-f) (README, "Measured: the suffix source as the copy source"). `resume` guesses
         that a copy which broke off at one token goes on after it (README, "Measured: a copy resumed
         after one changed token").
+    hidden_states: let sources that compare the model's final hidden states have them: the engine then
+        keeps every cached row's state off the decoder's last norm, and the suffix source flags the
+        continuation of the occurrence whose state is nearest the current one, a calibration feature.
+        Off by default: paired on two held-out slices it was neither faster nor slower (1.001x, 1.002x;
+        README, "Measured: the nearest occurrence by the model's own state").
 
     Defaults were measured on a 2-core CPU with SmolLM2-135M in bfloat16 and float32 (README,
     "Performance"). Exact steps at reduced precision verify one chain (engine/query.py), so the rows
@@ -50,6 +55,7 @@ class LookaheadConfig:
     max_pool_per_key: int = 16
     context_tokens: int | None = 11
     sources: tuple[str, ...] = ("suffix", "recycle", "cache", "jacobi", "resume")
+    hidden_states: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.window, int) or self.window < 1:
@@ -67,6 +73,8 @@ class LookaheadConfig:
         if (not isinstance(self.sources, tuple) or not all(isinstance(n, str) and n for n in self.sources)
                 or len(set(self.sources)) != len(self.sources)):
             raise ConfigError(f"sources must be a tuple of distinct source names, got {self.sources!r}")
+        if not isinstance(self.hidden_states, bool):
+            raise ConfigError(f"hidden_states must be True or False, got {self.hidden_states!r}")
         if self.query_tokens > 512:
             raise ConfigError(
                 f"W={self.window}, N={self.ngram}, G={self.guesses}, context_tokens={self.context_tokens} puts "

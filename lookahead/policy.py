@@ -52,7 +52,8 @@ STRATEGY_BLOCK: dict[str, str] = {  # strategies not listed take no parameters
     "speculative": "speculative",
 }
 _DECISION_KEYS = ("strategy", *_BLOCKS)
-_WRITTEN_IF_CHANGED = {"context_ngrams", "max_pool_per_key", "context_tokens", "sources"}  # advanced knobs, written only when not default
+# advanced knobs, written only when not default
+_WRITTEN_IF_CHANGED = {"context_ngrams", "max_pool_per_key", "context_tokens", "sources", "hidden_states"}
 _NULLABLE = {"context_tokens"}  # null means "N-1 tokens", not the default
 
 

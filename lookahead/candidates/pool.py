@@ -33,9 +33,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import torch
+
 from lookahead.engine.calibration import Calibrator
 from lookahead.engine.draft import CandidateTree, Draft, StepOutcome
-from lookahead.engine.sources import Candidate, CandidateSource, Observation, RunsAuxBranch, WantsSuccessors
+from lookahead.engine.sources import (Candidate, CandidateSource, Observation, RunsAuxBranch, WantsStates,
+                                      WantsSuccessors)
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,8 @@ class SourcePool:
         self.aux_source = aux[0] if aux else None
         self.aux_name = self.aux_source.name if self.aux_source is not None else None  # type: ignore[attr-defined]
         self.top_k = max((s.top_k for s in self.sources if isinstance(s, WantsSuccessors)), default=0)
+        self._stateful = [s for s in self.sources if isinstance(s, WantsStates) and s.states]
+        self.states = bool(self._stateful)  # the engine reports final hidden states (engine/sources.WantsStates)
         self.aux_worth = cfg.aux_prior
         self._idle = 0  # steps since the aux branch last ran
         self._firsts: list[tuple[int, float, bool]] = []  # this step's first tokens, uncorrected probabilities, agreed
@@ -131,6 +136,13 @@ class SourcePool:
                           outcome.successor_logits)
         for source in self.sources:
             source.observe(obs)
+        if outcome.states is not None:  # the root's and the matched nodes' states: the root sat at len - accepted - 1
+            self.observe_states(len(context) - len(outcome.accepted) - 1, outcome.states)
+
+    def observe_states(self, start: int, states: torch.Tensor) -> None:
+        """Final hidden states at text positions start.. (the prompt's after the prefill; a step's in `update`)."""
+        for source in self._stateful:
+            source.observe_states(start, states)
 
 
 def _agreed(guesses: Sequence[Candidate]) -> set[int]:

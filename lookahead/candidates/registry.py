@@ -70,7 +70,7 @@ SOURCES: dict[str, Callable[[ProposerInputs], CandidateSource | None]] = {
     "cache": lambda x: CacheSource(x.ngram_cache) if x.ngram_cache is not None else None,
     "jacobi": _jacobi,
     "recycle": lambda x: RecyclingSource(table=x.successors, chooser=x.chooser),
-    "suffix": lambda x: SuffixSource(x.prompt),
+    "suffix": lambda x: SuffixSource(x.prompt, states=x.cfg.lookahead.hidden_states),
     "resume": lambda x: ResumeSource(x.prompt),
 }
 

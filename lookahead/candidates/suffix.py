@@ -33,9 +33,22 @@ prefix relations arise between levels). These levels together use at most fallba
 positions, and none when level 0 already used all max_occurrences. At most `max_scan` list entries
 are looked at per call.
 
-Feature (0..14) = 3 * length bucket + share bucket. Length bucket of the level's match length (L at
-level 0, k at level k): 1 -> 0, 2 -> 1, 3-4 -> 2, 5-8 -> 3, 9+ -> 4. Share bucket of the path's
-first token, count / occurrences in the level: >= 0.8 -> 0, >= 0.5 -> 1, else 2.
+Feature (0..29) = 3 * length bucket + share bucket, + 15 where the path follows the nearest occurrence.
+Length bucket of the level's match length (L at level 0, k at level k): 1 -> 0, 2 -> 1, 3-4 -> 2, 5-8 ->
+3, 9+ -> 4. Share bucket of the path's first token, count / occurrences in the level: >= 0.8 -> 0, >= 0.5
+-> 1, else 2. Nearest occurrence (after PLD+, arXiv 2412.01447, which ranks prompt-lookup occurrences by
+the model's hidden states): the engine reports the model's final hidden state at every cached position
+(engine/sources.WantsStates; candidates/states.py); of level 0's occurrences, ending at p, the nearest is
+the one whose state at p - 1 (the row that chose T[p]) has the largest cosine with the state at n - 2
+(the row that chose the root). A path that follows its continuation is flagged. Teacher-forced over 160
+greedy answers of SmolLM2-135M-Instruct (bfloat16), the first token of a path in the same length and
+share bucket was right far more often when flagged: after a 2-token match with share >= 0.8, 0.60
+against 0.15 (code), 0.70 / 0.48 (function calling), 0.57 / 0.34 (chat); after 3-4 tokens, 0.71 / 0.38,
+0.67 / 0.53, 0.69 / 0.43; after 9+ tokens both are right ~0.95 (docs/results/similar-states/). In the
+engine the calibrator learned the split (code: 0.19 / 0.56 after 2 tokens, 0.05 / 0.45 after 3-4 at low
+share), but paired on held-out requests the steps were no faster (1.001x and 1.002x; tokens per step
++1% on average, rows up as much), so it is off by default (`states=False`; LookaheadConfig.hidden_states).
+Without states (off, or a model whose final norm the runner does not know) no path is flagged.
 
 Cost (pure Python, CPython 3.11, timeit best of 5 per call on a shared 2-core machine under load
 ~3, defaults, 4,000-token context then 600 more steps): observe of one accepted token 4-7 us;
@@ -50,15 +63,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from heapq import heappop, heappush
 
+import torch
+
 from lookahead.candidates.growing import GrowingText
+from lookahead.candidates.states import HiddenStates
 from lookahead.engine.sources import Candidate, Observation
 
 
-def feature_of(match_len: int, share: float) -> int:
-    """The candidate's confidence bucket: 3 * length bucket + share bucket (see module doc)."""
+def feature_of(match_len: int, share: float, nearest: bool = False) -> int:
+    """The candidate's confidence bucket: 3 * length bucket + share bucket, + 15 when the path follows the
+    occurrence in the nearest state (see module doc)."""
     length_bucket = (0, 0, 1, 2, 2)[max(match_len, 0)] if match_len <= 4 else 3 if match_len <= 8 else 4
     share_bucket = 0 if share >= 0.8 else 1 if share >= 0.5 else 2
-    return 3 * length_bucket + share_bucket
+    return 3 * length_bucket + share_bucket + (15 if nearest else 0)
 
 
 class SuffixSource(GrowingText):
@@ -67,7 +84,7 @@ class SuffixSource(GrowingText):
     name: str = "suffix"
 
     def __init__(self, prompt: Sequence[int], max_match: int = 32, max_occurrences: int = 64,
-                 fallback_occurrences: int = 16, max_scan: int = 256) -> None:
+                 fallback_occurrences: int = 16, max_scan: int = 256, states: bool = False) -> None:
         if max_match < 1 or max_occurrences < 1 or fallback_occurrences < 0 or max_scan < 1:
             raise ValueError(f"max_match, max_occurrences, max_scan must be >= 1 and fallback_occurrences >= 0, "
                              f"got {max_match}, {max_occurrences}, {max_scan}, {fallback_occurrences}")
@@ -76,10 +93,13 @@ class SuffixSource(GrowingText):
         self.fallback_occurrences = fallback_occurrences
         self.max_scan = max_scan
         self._keys: list[int] = [1 << i for i in range(max_match.bit_length()) if 1 << i <= max_match]
+        self.states = states  # the engine reports final hidden states to this source (engine/sources.WantsStates)
+        self._hidden = HiddenStates()
         self._reset()
         self._sync(prompt)
 
     def _reset(self) -> None:
+        self._hidden.clear()  # another text: its states are not this one's
         self._tokens: list[int] = []
         self._next: list[dict[int, int]] = [{}]  # suffix automaton: transitions, link, longest length
         self._link: list[int] = [-1]
@@ -131,12 +151,16 @@ class SuffixSource(GrowingText):
     def observe(self, obs: Observation) -> None:
         self._sync(obs.context)
 
+    def observe_states(self, start: int, states: torch.Tensor) -> None:
+        """The model's final hidden states at text positions start.. (engine/sources.WantsStates)."""
+        if self.states:
+            self._hidden.observe(start, states)
+
     def candidates(self, context: Sequence[int], max_tokens: int, limit: int) -> list[Candidate]:
         self._sync(context)
         match = min(self._match, self.max_match)
         if max_tokens < 1 or limit < 1 or match == 0:
             return []
-        tokens, n = self._tokens, len(self._tokens)
         ki = max(i for i, k in enumerate(self._keys) if k <= match)
         # Levels: (its match length, the shortest match length it excludes: None for level 0, key index).
         levels: list[tuple[int, int | None, int]] = [(match, None, ki)]
@@ -151,33 +175,53 @@ class SuffixSource(GrowingText):
         for length, excluded, i in levels:
             if len(out) >= limit or budget <= 0 or scans <= 0:
                 break
-            # Level 0 checks the full match unless L is an indexed length; lower levels check the exclusion.
-            check = excluded if excluded is not None else length if length > self._keys[i] else None
-            suffix = tokens[n - check:] if check is not None else []
-            positions = self._cur[i]  # oldest first; the last entry is the end itself
-            window = positions[max(0, len(positions) - 1 - scans):-1][::-1]
-            if check is None:
-                found = window[:budget]
-                scans -= len(found)
-            else:
-                found, keep = [], excluded is None  # level 0 keeps full matches, lower levels drop them
-                for j, p in enumerate(window):
-                    if (p + 1 >= check and tokens[p + 1 - check:p + 1] == suffix) is keep:
-                        found.append(p)
-                        if len(found) == budget:
-                            break
-                else:
-                    j = len(window) - 1
-                scans -= j + 1
+            found, scanned = self._find(length, excluded, i, budget, scans)
+            scans -= scanned
             budget -= len(found)
             if excluded is None:  # the shorter levels share what level 0 left, at most fallback_occurrences
                 budget = min(budget, self.fallback_occurrences)
             if not found:
                 continue
+            near: tuple[int, ...] = ()  # level 0: the continuation of the occurrence in the nearest state
+            if excluded is None and self.states:
+                before = self._hidden.nearest(len(self._tokens) - 2, [p - 1 for p in found])
+                if before is not None:
+                    near = tuple(self._tokens[before + 2:before + 2 + max_tokens])
             for path, first_count in self._paths(found, max_tokens, limit - len(out), firsts):
-                out.append(Candidate(path, self.name, feature_of(length, first_count / len(found))))
+                follows = bool(near) and path == near[:len(path)]
+                out.append(Candidate(path, self.name, feature_of(length, first_count / len(found), follows)))
                 firsts.add(path[0])
         return out
+
+    def occurrences(self) -> tuple[int, list[int]]:
+        """The longest earlier match of the indexed text's suffix: its length (at most max_match; 0: none)
+        and the newest end positions of it (level 0 of `candidates`), newest first."""
+        match = min(self._match, self.max_match)
+        if match == 0:
+            return 0, []
+        ki = max(i for i, k in enumerate(self._keys) if k <= match)
+        return match, self._find(match, None, ki, self.max_occurrences, self.max_scan)[0]
+
+    def _find(self, length: int, excluded: int | None, i: int, budget: int, scans: int) -> tuple[list[int], int]:
+        """One level's end positions, newest first, at most `budget` of them from at most `scans` entries of
+        the list of indexed length self._keys[i]: those whose match is `length` (level 0, `excluded`
+        None) or at least `length` but shorter than `excluded`. Returns them and the entries looked at."""
+        tokens, n = self._tokens, len(self._tokens)
+        # Level 0 checks the full match unless L is an indexed length; lower levels check the exclusion.
+        check = excluded if excluded is not None else length if length > self._keys[i] else None
+        positions = self._cur[i]  # oldest first; the last entry is the end itself
+        window = positions[max(0, len(positions) - 1 - scans):-1][::-1]
+        if check is None:
+            found = window[:budget]
+            return found, len(found)
+        suffix = tokens[n - check:]
+        found, keep, j = [], excluded is None, -1  # level 0 keeps full matches, lower levels drop them
+        for j, p in enumerate(window):
+            if (p + 1 >= check and tokens[p + 1 - check:p + 1] == suffix) is keep:
+                found.append(p)
+                if len(found) == budget:
+                    break
+        return found, j + 1
 
     def _paths(self, occ: list[int], max_tokens: int, room: int,
                banned: set[int]) -> list[tuple[tuple[int, ...], int]]:

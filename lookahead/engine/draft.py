@@ -150,6 +150,7 @@ class StepOutcome:
     predecessors: list[tuple[int, ...]] = field(default_factory=list)  # see sources.Observation
     successor_logits: list[tuple[float, ...]] = field(default_factory=list)  # sampled steps; sources.Observation
     forward_s: float = 0.0  # seconds inside the forward pass
+    states: torch.Tensor | None = None  # [len(accepted), D]: final hidden states of the root and matched nodes
 
 
 class Proposer(Protocol):

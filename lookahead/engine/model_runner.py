@@ -71,6 +71,21 @@ def _to(mask: Any, dtype: torch.dtype) -> Any:
     return mask.to(dtype)
 
 
+FINAL_NORMS = ("norm", "ln_f", "final_layernorm", "final_layer_norm")  # the decoder's last norm, by family
+
+
+def final_norm(model: Any) -> torch.nn.Module | None:
+    """The decoder's last normalisation (Llama, Qwen, Mistral, Gemma: `norm`; GPT-2: `ln_f`): its output
+    [B, Q, D] is every row's final hidden state, the LM head's input. None: not found under a known name."""
+    get = getattr(model, "get_decoder", None)
+    decoder = get() if callable(get) else None
+    for name in FINAL_NORMS:
+        module = getattr(decoder, name, None)
+        if isinstance(module, torch.nn.Module):
+            return module
+    return None
+
+
 @dataclass
 class ForwardTimer:
     seconds: float = 0.0
@@ -106,6 +121,20 @@ class ModelRunner:
         self.cache_kwarg = "cache" if "cache" in params else "past_key_values"
         self.can_keep_logits = "logits_to_keep" in params
         self.timer = ForwardTimer()
+        # Final hidden states, read off the decoder's last norm by a forward hook while a pass asks for them
+        self._norm = final_norm(model)
+        self._hooked = False
+        self._capture = False
+        self.states: torch.Tensor | None = None  # [B, Q, D]: the last pass's, when it asked (`forward_batch`)
+
+    @property
+    def reports_states(self) -> bool:
+        """Can passes report their rows' final hidden states (a known final norm was found)?"""
+        return self._norm is not None
+
+    def _keep_states(self, module: Any, inputs: Any, output: torch.Tensor) -> None:
+        if self._capture:
+            self.states = output
 
     def row_floor(self, batch: int) -> int:
         """The fewest rows each of `batch` sequences must carry for exact rows: the floor, or, where the
@@ -147,13 +176,15 @@ class ModelRunner:
         return self.forward_batch(cache, [Rows(tokens, positions, local, keep)], width)[0]
 
     def forward_batch(self, cache: KVCache, parts: Sequence[Rows], width: int = 0,
-                      fused: bool = False) -> list[torch.Tensor]:
+                      fused: bool = False, states: bool = False) -> list[torch.Tensor]:
         """One pass over the cache's selected slots, part b in slot b. Every part is padded to the same
         width Q (the widest part, the floor, `width`) with dummy rows after its real ones; each dummy row
         sees its slot's prefix and itself, and its keys are dropped before the call returns (keys left in
         an aligned tree's gaps stay until the step compacts the cache; masked meanwhile). Appends each
         part's real rows to its slot and returns its logits [K_b, V] for its `keep` rows. `fused`: use
-        the model's own attention kernel even where this runner computes exact attention (see `prefill`)."""
+        the model's own attention kernel even where this runner computes exact attention (see `prefill`).
+        `states`: also keep every row's final hidden state in `self.states` [B, Q, D] (rows as passed, padded
+        to Q; None where the model's final norm was not found: `reports_states`)."""
         lengths = cache.slot_lengths()
         if len(lengths) != len(parts):
             raise ValueError(f"{len(parts)} parts for a pass over {len(lengths)} cache slots")
@@ -195,12 +226,18 @@ class ModelRunner:
         mask = _stack(masks)
         if exact:  # the exact attention adds the mask in float32 (float64 stays): convert it once, not per layer
             mask = _to(mask, torch.promote_types(self.masks.dtype, torch.float32))
+        self.states = None
+        self._capture = states and self._norm is not None
+        if self._capture and not self._hooked:
+            self._norm.register_forward_hook(self._keep_states)  # type: ignore[union-attr]
+            self._hooked = True
         start = time.perf_counter()
         try:
             with torch.no_grad(), exact_passes(views, self.key_chunk) if exact else contextlib.nullcontext():
                 out = self.model(input_ids=tokens, position_ids=positions, attention_mask=mask, **kwargs)
         finally:
             cache.place(None)
+            self._capture = False
         self.timer.seconds += time.perf_counter() - start
         self.timer.calls += 1
         logits = out.logits  # [B, R, V] (R = len(rows), or every row when the model cannot skip any)
@@ -218,9 +255,10 @@ class ModelRunner:
         return [logits[b] if p.keep.numel() == rows.numel() else logits[b, torch.searchsorted(rows, p.keep)]
                 for b, p in enumerate(parts)]
 
-    def prefill(self, cache: KVCache, tokens: list[int]) -> None:
+    def prefill(self, cache: KVCache, tokens: list[int], states: bool = False) -> torch.Tensor | None:
         """Append `tokens` after what the cache holds (positions follow on), in one causal pass; no
-        logits are read back.
+        logits are read back. `states`: return the tokens' final hidden states [n, D] (None where the
+        model's final norm was not found, or no token was given).
 
         The pass runs a fused attention kernel, not the exact one: no logit of it is read, and every way
         of decoding a prompt (autoregressive, lookahead, batched or alone) caches it with this same one
@@ -232,11 +270,12 @@ class ModelRunner:
         engine/prefill_kernel.cpp), not the model's SDPA over the 4-D mask."""
         n = len(tokens)
         if not n:
-            return
+            return None
         p = cache.get_seq_length()
         local = torch.ones(n, n, dtype=torch.bool).tril_()
         # An empty cache and no sliding window shorter than the prompt: every layer's mask is plain causal
         causal = p == 0 and all(window is None or window >= n for window in self.masks.kinds.values())
         rows = Rows(torch.tensor(tokens), torch.arange(p, p + n), local, torch.tensor([n - 1]))
         with causal_prompt(n) if causal else contextlib.nullcontext():
-            self.forward_batch(cache, [rows], fused=True)
+            self.forward_batch(cache, [rows], fused=True, states=states)
+        return self.states[0] if states and self.states is not None else None

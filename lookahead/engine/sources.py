@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+import torch
+
 from lookahead.engine.draft import AuxBranch
 
 
@@ -85,3 +87,17 @@ class WantsSuccessors(Protocol):
     computes `top_k` of them per row only when some source asks."""
 
     top_k: int
+
+
+@runtime_checkable
+class WantsStates(Protocol):
+    """A source that compares the model's final hidden states (the LM head's input) at positions of the
+    text: the engine reports them, when `states` is true, for every token it caches (the prompt's at the
+    prefill, then each step's root and matched nodes), so position i's state is known once the text has
+    grown past i + 1 (the last token, the next root, has none yet)."""
+
+    states: bool
+
+    def observe_states(self, start: int, states: torch.Tensor) -> None:
+        """`states` [n, D]: the final hidden states at text positions start .. start + n - 1."""
+        ...

@@ -27,14 +27,15 @@ from lookahead.engine.sampling import TokenChooser, largest
 @dataclass(frozen=True)
 class StepItem:
     """One sequence's part of a batched step: its root token, its allocated draft, how it picks tokens,
-    how many of the model's top predictions per row its sources recycle (0: none), and the tokens
-    before the root."""
+    how many of the model's top predictions per row its sources recycle (0: none), the tokens before
+    the root, and whether its sources want the final hidden states of the rows the step keeps."""
 
     root: int
     draft: Draft
     chooser: TokenChooser
     top_k: int = 0
     history: tuple[int, ...] = ()  # the tokens before the root, oldest first (the last HISTORY are reported)
+    states: bool = False
 
 
 class StepRunner:
@@ -78,9 +79,10 @@ class StepRunner:
     def timer(self) -> ForwardTimer:
         return self.model.timer
 
-    def prefill(self, cache: KVCache, prompt: list[int]) -> None:
-        """Cache every prompt token but the last (the last is the first step's root)."""
-        self.model.prefill(cache, prompt[:-1])
+    def prefill(self, cache: KVCache, prompt: list[int], states: bool = False) -> torch.Tensor | None:
+        """Cache every prompt token but the last (the last is the first step's root). `states`: return
+        their final hidden states [len(prompt) - 1, D] (None where the model does not report them)."""
+        return self.model.prefill(cache, prompt[:-1], states)
 
     def step(self, cache: KVCache, root: int, draft: Draft) -> StepOutcome:
         """One step of one sequence (the cache's selected slot): the batch-of-one `step_batch`."""
@@ -109,7 +111,8 @@ class StepRunner:
         width = -(-self.pad_to(b * q) // b) if self.pad_to is not None else 0
         spent = self.model.timer.seconds
         logits = self.model.forward_batch(cache, [Rows(x.tokens, x.positions, x.local, x.keep, x.views, x.offsets)
-                                                  for x in queries], width)  # B x [K_b, V]
+                                                  for x in queries], width, states=any(it.states for it in items))
+        hidden = self.model.states  # [B, Q, D] final hidden states when some item asked; else None
         spent = self.model.timer.seconds - spent
         rows = self.model.pass_width(b, q, width)  # each sequence's width in the pass
 
@@ -143,9 +146,12 @@ class StepRunner:
                 for parent in tree.parents:  # parents come first: node i's tokens before it extend its parent's
                     before.append((*before[parent + 1], it.root if parent < 0 else tree.tokens[parent])[-HISTORY:])
                 before += [()] * (len(successors) - len(before))
+            # 7. Final hidden states of the rows whose keys stay (the root, the matched nodes), for sources that
+            #    compare them (candidates/similar.py).
+            states = hidden[slot, kept] if it.states and hidden is not None else None
             outcomes.append(StepOutcome(accepted, sources, chosen.after(1 + t), query_tokens=rows, candidate_tokens=t,
                                         successors=successors, predecessors=before, successor_logits=scores,
-                                        forward_s=spent / b))
+                                        forward_s=spent / b, states=states))
         return outcomes
 
 

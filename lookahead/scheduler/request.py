@@ -21,7 +21,7 @@ from lookahead.engine.allocator import Allocation, Candidates, chain_first
 from lookahead.engine.calibration import Calibrator
 from lookahead.engine.draft import CandidateTree, Draft, Proposer, ReportsDraftCost, StepOutcome
 from lookahead.engine.sampling import TokenChooser
-from lookahead.engine.sources import HISTORY
+from lookahead.engine.sources import HISTORY, WantsStates
 from lookahead.engine.step import StepItem
 from lookahead.engine.stopping import StopState
 from lookahead.errors import PromptError
@@ -115,6 +115,8 @@ class Request:
         self.proposer: Proposer = make_proposer(ProposerInputs(cfg, self.prompt_ids, loaded, self.chooser, draft,
                                                                ngram_cache, calibrator, successors))
         self.top_k: int = getattr(self.proposer, "top_k", 0)  # sources that recycle the model's top-k predictions
+        # sources that compare final hidden states (engine/sources.WantsStates): the engine reports them
+        self.states = isinstance(self.proposer, WantsStates) and self.proposer.states
         self.ngram_cache = ngram_cache
         self.state = StopState(loaded.tokenizer, loaded.eos_token_ids, cfg.max_new_tokens, cfg.stop)
         self.stats = GenerationStats(prompt_tokens=len(prompt_ids))
@@ -186,7 +188,8 @@ class Request:
             draft = Draft(tree=draft.tree.subtree(chain_first(draft.tree, plan.nodes)),
                           aux=draft.aux if plan.aux else None)
         self.draft = draft
-        return StepItem(self.context[-1], draft, self.chooser, self.top_k, tuple(self.context[-1 - HISTORY : -1]))
+        return StepItem(self.context[-1], draft, self.chooser, self.top_k, tuple(self.context[-1 - HISTORY : -1]),
+                        self.states)
 
     def absorb(self, outcome: StepOutcome, batch: int) -> StepEvent | None:
         """Apply one step's outcome: stop rules, emit, let the sources learn. Returns the event to stream

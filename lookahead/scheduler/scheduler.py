@@ -22,6 +22,7 @@ from lookahead.engine.allocator import allocate_batch
 from lookahead.engine.costs import CostCurve, cost_curve
 from lookahead.engine.draft import Draft
 from lookahead.engine.numerics import width_probe
+from lookahead.engine.sources import WantsStates
 from lookahead.engine.step import StepRunner
 from lookahead.errors import ConfigError
 from lookahead.models.loader import LoadedModel
@@ -117,7 +118,10 @@ class Scheduler:
         self.cache.select(slot, slot + 1)
         request.started = time.perf_counter()
         spent = self.runner.timer.seconds
-        self.runner.prefill(self.cache, request.prompt_ids)  # all prompt tokens but the last (the first root)
+        # all prompt tokens but the last (the first root); their final hidden states if its sources want them
+        states = self.runner.prefill(self.cache, request.prompt_ids, request.states)
+        if states is not None and isinstance(request.proposer, WantsStates):
+            request.proposer.observe_states(0, states)
         request.device_s += self.runner.timer.seconds - spent
         request.decode_started = time.perf_counter()
         request.stats.prefill_s = request.decode_started - request.started

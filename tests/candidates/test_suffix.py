@@ -3,7 +3,8 @@ with a brute-force reference. In the comments, T is the indexed text, n = len(T)
 0-based, and "p matches m" means the m tokens ending at p equal the last m tokens of T (p <= n - 2).
 
 Feature = 3 * length bucket (1 -> 0, 2 -> 1, 3-4 -> 2, 5-8 -> 3, 9+ -> 4) + share bucket of the
-first token (>= 0.8 -> 0, >= 0.5 -> 1, else 2).
+first token (>= 0.8 -> 0, >= 0.5 -> 1, else 2); these cases report no hidden states, so no path is
+flagged as the nearest occurrence's (+15; tests/candidates/test_states.py).
 """
 
 from __future__ import annotations

@@ -44,10 +44,11 @@ the one whose state at p - 1 (the row that chose T[p]) has the largest cosine wi
 greedy answers of SmolLM2-135M-Instruct (bfloat16), the first token of a path in the same length and
 share bucket was right far more often when flagged: after a 2-token match with share >= 0.8, 0.60
 against 0.15 (code), 0.70 / 0.48 (function calling), 0.57 / 0.34 (chat); after 3-4 tokens, 0.71 / 0.38,
-0.67 / 0.53, 0.69 / 0.43; after 9+ tokens both are right ~0.95 (docs/results/similar-states/). In the
-engine the calibrator learned the split (code: 0.19 / 0.56 after 2 tokens, 0.05 / 0.45 after 3-4 at low
-share), but paired on held-out requests the steps were no faster (1.001x and 1.002x; tokens per step
-+1% on average, rows up as much), so it is off by default (`states=False`; LookaheadConfig.hidden_states).
+0.67 / 0.53, 0.69 / 0.43; after 9+ tokens nearly every guess follows it (docs/results/similar-states/).
+In the engine the calibrator learned the split (20 code requests, after a 2-token match: 0.19 unflagged
+against 0.56 flagged at share >= 0.8, 0.05 against 0.45 at 0.5-0.8), but paired on held-out requests
+the steps were no faster (1.001x and 1.002x; tokens per step +1% on average, rows up about as much), so
+it is off by default (`states=False`; LookaheadConfig.hidden_states).
 Without states (off, or a model whose final norm the runner does not know) no path is flagged.
 
 Cost (pure Python, CPython 3.11, timeit best of 5 per call on a shared 2-core machine under load

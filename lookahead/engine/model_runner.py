@@ -127,11 +127,6 @@ class ModelRunner:
         self._capture = False
         self.states: torch.Tensor | None = None  # [B, Q, D]: the last pass's, when it asked (`forward_batch`)
 
-    @property
-    def reports_states(self) -> bool:
-        """Can passes report their rows' final hidden states (a known final norm was found)?"""
-        return self._norm is not None
-
     def _keep_states(self, module: Any, inputs: Any, output: torch.Tensor) -> None:
         if self._capture:
             self.states = output
@@ -184,7 +179,7 @@ class ModelRunner:
         part's real rows to its slot and returns its logits [K_b, V] for its `keep` rows. `fused`: use
         the model's own attention kernel even where this runner computes exact attention (see `prefill`).
         `states`: also keep every row's final hidden state in `self.states` [B, Q, D] (rows as passed, padded
-        to Q; None where the model's final norm was not found: `reports_states`)."""
+        to Q; None where `final_norm` found no final norm in the model)."""
         lengths = cache.slot_lengths()
         if len(lengths) != len(parts):
             raise ValueError(f"{len(parts)} parts for a pass over {len(lengths)} cache slots")

@@ -147,7 +147,7 @@ class StepRunner:
                     before.append((*before[parent + 1], it.root if parent < 0 else tree.tokens[parent])[-HISTORY:])
                 before += [()] * (len(successors) - len(before))
             # 7. Final hidden states of the rows whose keys stay (the root, the matched nodes), for sources that
-            #    compare them (candidates/similar.py).
+            #    compare them (engine/sources.WantsStates; the suffix source with LookaheadConfig.hidden_states).
             states = hidden[slot, kept] if it.states and hidden is not None else None
             outcomes.append(StepOutcome(accepted, sources, chosen.after(1 + t), query_tokens=rows, candidate_tokens=t,
                                         successors=successors, predecessors=before, successor_logits=scores,

@@ -121,15 +121,12 @@ class ModelRunner:
         self.cache_kwarg = "cache" if "cache" in params else "past_key_values"
         self.can_keep_logits = "logits_to_keep" in params
         self.timer = ForwardTimer()
-        # Final hidden states, read off the decoder's last norm by a forward hook while a pass asks for them
+        # Final hidden states, read off the decoder's last norm by a forward hook for the passes that ask
         self._norm = final_norm(model)
-        self._hooked = False
-        self._capture = False
         self.states: torch.Tensor | None = None  # [B, Q, D]: the last pass's, when it asked (`forward_batch`)
 
     def _keep_states(self, module: Any, inputs: Any, output: torch.Tensor) -> None:
-        if self._capture:
-            self.states = output
+        self.states = output
 
     def row_floor(self, batch: int) -> int:
         """The fewest rows each of `batch` sequences must carry for exact rows: the floor, or, where the
@@ -222,17 +219,16 @@ class ModelRunner:
         if exact:  # the exact attention adds the mask in float32 (float64 stays): convert it once, not per layer
             mask = _to(mask, torch.promote_types(self.masks.dtype, torch.float32))
         self.states = None
-        self._capture = states and self._norm is not None
-        if self._capture and not self._hooked:
-            self._norm.register_forward_hook(self._keep_states)  # type: ignore[union-attr]
-            self._hooked = True
+        # hooked for this pass only: a hook left on the model would outlive this runner (one per request)
+        hook = self._norm.register_forward_hook(self._keep_states) if states and self._norm is not None else None
         start = time.perf_counter()
         try:
             with torch.no_grad(), exact_passes(views, self.key_chunk) if exact else contextlib.nullcontext():
                 out = self.model(input_ids=tokens, position_ids=positions, attention_mask=mask, **kwargs)
         finally:
             cache.place(None)
-            self._capture = False
+            if hook is not None:
+                hook.remove()
         self.timer.seconds += time.perf_counter() - start
         self.timer.calls += 1
         logits = out.logits  # [B, R, V] (R = len(rows), or every row when the model cannot skip any)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import lookahead
 from lookahead import LookaheadConfig
 from lookahead.candidates.suffix import SuffixSource
 from lookahead.config import GenerationConfig, SamplingConfig
@@ -76,3 +77,13 @@ def test_states_are_asked_for_only_where_a_source_wants_them() -> None:
 def test_hidden_states_must_be_a_bool() -> None:
     with pytest.raises(ConfigError, match="hidden_states"):
         LookaheadConfig(hidden_states="yes")  # type: ignore[arg-type]
+
+
+def test_no_hook_outlives_a_request() -> None:
+    # The states are read by a hook on the final norm for the passes that ask only: requests (each with
+    # runners of its own) must not pile hooks onto the shared model.
+    lm = model64("llama")
+    for _ in range(2):
+        lookahead.generate(lm, lm.encode("abcabcabc", raw=True), max_new_tokens=6,
+                           lookahead=LookaheadConfig(sources=("suffix",), hidden_states=True))
+    assert not final_norm(lm.model)._forward_hooks  # type: ignore[union-attr]

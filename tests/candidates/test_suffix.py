@@ -124,6 +124,20 @@ def test_a_context_that_does_not_extend_the_index_rebuilds_it() -> None:
     assert toks(src.candidates([7, 2, 9, 2], 1, 4)) == [(9,)]
 
 
+def test_another_text_ending_alike_rebuilds_the_index() -> None:
+    # T = 5 6 5 6 5 (then 6 after every 5). The second text has T's length and ends in 5 too, but its
+    # 5 was followed by 8, not 6: it is not T continued, so only its own text is indexed.
+    src = SuffixSource([5, 6, 5, 6, 5])
+    assert toks(src.candidates([5, 6, 5, 6, 5], 1, 4)) == [(6,)]
+    assert toks(src.candidates([3, 5, 8, 4, 5], 1, 4)) == [(8,)]
+    # Past the last 8 tokens only the first is compared. T = 1 2 .. 10 1: the last 1 matches p=0 (then
+    # 2). A text that differs from T in its first token only (11 for 1) has no earlier 1 to match.
+    text = list(range(1, 11)) + [1]
+    src = SuffixSource(text)
+    assert toks(src.candidates(text, 1, 4)) == [(2,)]
+    assert toks(src.candidates([11] + text[1:], 1, 4)) == []
+
+
 def test_a_shorter_context_rebuilds_the_index() -> None:
     # The text went back to 1 2 3 1: only p=0 matches, 2 3 follows (the dropped "2" is forgotten).
     src = SuffixSource([1, 2, 3, 1, 2])

@@ -231,11 +231,13 @@ at::Tensor weighted(const at::Tensor& p, const at::Tensor& v) {
 
 // prefill_kernel.cpp, built into this extension (engine/exact_kernel.py)
 bool prefill_supported();
-at::Tensor causal_prefill(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale);
+at::Tensor causal_prefill(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale,
+                          int64_t window);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("scores", &scores, "scaled, masked q.k for every row and key (see the file's header)");
   m.def("weighted", &weighted, "probability-weighted value sums, keys in order (see the file's header)");
   m.def("prefill_supported", &prefill_supported, "was causal_prefill built (AVX-512 BF16)?");
-  m.def("causal_prefill", &causal_prefill, "a prompt's causal attention over its own keys (prefill_kernel.cpp)");
+  m.def("causal_prefill", &causal_prefill, "a prompt's causal attention over its own keys (prefill_kernel.cpp)",
+        py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scale"), py::arg("window") = 0);
 }

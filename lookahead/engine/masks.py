@@ -18,6 +18,7 @@ class MaskBuilder:
         text = config.get_text_config() if hasattr(config, "get_text_config") else config
         window = getattr(text, "sliding_window", None)
         layer_types = getattr(text, "layer_types", None)
+        self.layer_types: list[str] = list(layer_types or [])
         self.dtype = dtype
         self.min = torch.finfo(dtype).min
         # kind name -> window (None means full attention); `as_dict` says how the model takes them.
@@ -30,6 +31,10 @@ class MaskBuilder:
         else:
             self.as_dict = False
             self.kinds = {"full_attention": window if isinstance(window, int) and window > 0 else None}
+
+    def window(self, layer: int) -> int | None:
+        """Layer `layer`'s sliding window (None: full attention), as the masks built here apply it."""
+        return self.kinds[self.layer_types[layer]] if self.as_dict else self.kinds["full_attention"]
 
     def build(self, prefix: int, positions: torch.Tensor, local: torch.Tensor,
               width: int | None = None, offsets: torch.Tensor | None = None) -> torch.Tensor | dict[str, torch.Tensor]:

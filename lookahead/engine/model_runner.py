@@ -255,8 +255,8 @@ class ModelRunner:
         of decoding a prompt (autoregressive, lookahead, batched or alone) caches it with this same one
         pass, so every decoding step sees the same prompt keys and values whichever kernel made them. The
         exact attention materialises float32 scores for every query row and key (a 1,500-token prompt
-        took 2.6x as long, SmolLM2 bf16 on 2 Zen 4 cores); decoding rows are few. Into an empty cache,
-        with no sliding window shorter than the prompt, it is a causal kernel over the prompt's own keys
+        took 2.6x as long, SmolLM2 bf16 on 2 Zen 4 cores); decoding rows are few. Into an empty cache it
+        is a causal kernel over the prompt's own keys, a sliding-window layer's within its window
         (attention.causal_prompt; SDPA's: 841 tokens 0.90 -> 0.77 s there; in bfloat16 lookahead's own,
         engine/prefill_kernel.cpp), not the model's SDPA over the 4-D mask."""
         n = len(tokens)
@@ -264,9 +264,9 @@ class ModelRunner:
             return None
         p = cache.get_seq_length()
         local = torch.ones(n, n, dtype=torch.bool).tril_()
-        # An empty cache and no sliding window shorter than the prompt: every layer's mask is plain causal
-        causal = p == 0 and all(window is None or window >= n for window in self.masks.kinds.values())
+        causal = p == 0  # an empty cache: every layer's mask is causal (a sliding layer's within its window)
         rows = Rows(torch.tensor(tokens), torch.arange(p, p + n), local, torch.tensor([n - 1]))
-        with causal_prompt(n) if causal else contextlib.nullcontext():
+        windowed = any(w is not None for w in self.masks.kinds.values())
+        with causal_prompt(n, self.masks.window if windowed else None) if causal else contextlib.nullcontext():
             self.forward_batch(cache, [rows], fused=True, states=states)
         return self.states[0] if states and self.states is not None else None

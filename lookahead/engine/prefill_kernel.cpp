@@ -2,8 +2,10 @@
 // exact_kernel.py builds it into the same extension as exact_kernel.cpp; engine/attention.py calls it
 // from the prefill's fused branch, `causal_prompt`).
 //
-//   causal_prefill(query [1, H, n, D], key [1, Hkv, >=n, D], value [1, Hkv, >=n, D], scale)
-//       -> [1, n, H, D] bfloat16: row i of head h attends to keys 0..i of kv head h / (H / Hkv).
+//   causal_prefill(query [1, H, n, D], key [1, Hkv, >=n, D], value [1, Hkv, >=n, D], scale, window)
+//       -> [1, n, H, D] bfloat16: row i of head h attends to keys 0..i of kv head h / (H / Hkv), or with
+//       a sliding window (window > 0) to keys i-window+1..i only (transformers' sliding-window layers:
+//       a key is seen while q - k < window).
 //
 // Why: PyTorch's CPU flash attention ran SmolLM2's prompts at 65-140 GFLOP/s on 2 Zen 4 cores (531 to
 // 6,500 tokens), a third of what the linears reach, so long prompts spent most of their prefill in it.
@@ -12,6 +14,8 @@
 // one head through the keys they see in chunks of 128 with an online softmax (running maximum and sum,
 // float32; the probabilities are rounded to bfloat16 for the value products, as PyTorch's kernel does).
 // Tasks pair the query tiles i and last - i, so both threads get the same work under the causal mask.
+// Under a sliding window a tile starts at the 16-key block holding its first row's first key, so its
+// work is the window's, not the prompt's (Gemma 3's local layers past 512 tokens).
 //
 // Not exact in engine/attention.py's sense and not meant to be: no logit of a prefill is read, and every
 // strategy, alone or batched, caches a prompt through this same pass, so every decoding step sees the
@@ -60,7 +64,8 @@ constexpr int TQ = 8;    // query rows per task tile (one head)
 constexpr int KC = 128;  // keys per online-softmax chunk
 
 // q [1, H, n, D], k/v [1, Hkv, >=n, D] bfloat16 (last dim contiguous) -> out [1, n, H, D] bfloat16
-static at::Tensor prefill_impl(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale_d) {
+static at::Tensor prefill_impl(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale_d,
+                               int64_t window) {
   const int64_t H = q.size(1), n = q.size(2), D = q.size(3), Hkv = k.size(1), G = H / Hkv;
   const int64_t DP = D / 2, nb = (n + 15) / 16, np = (n + 1) / 2;
   const float scale = (float)scale_d;
@@ -111,7 +116,10 @@ static at::Tensor prefill_impl(const at::Tensor& q, const at::Tensor& k, const a
         std::fill(o.begin(), o.end(), 0.f);
         float m[TQ], l[TQ];
         for (int r = 0; r < TQ; ++r) m[r] = ninf, l[r] = 0.f;
-        for (int64_t c0 = 0; c0 <= last; c0 += KC) {
+        // the first key any row of the tile sees, rounded down to its 16-key block (no 16-key boundary
+        // falls inside an 8-row tile, so every chunk starts at or before the tile's first row)
+        const int64_t first = window > 0 ? std::max<int64_t>(0, r0 - window + 1) / 16 * 16 : 0;
+        for (int64_t c0 = first; c0 <= last; c0 += KC) {
           const int64_t width = std::min<int64_t>(KC, last + 1 - c0);  // keys of this chunk any row sees
           const int64_t blocks = (width + 15) / 16;
           for (int64_t kb = 0; kb < blocks; ++kb) {
@@ -126,11 +134,12 @@ static at::Tensor prefill_impl(const at::Tensor& q, const at::Tensor& k, const a
             }
             for (int r = 0; r < TQ; ++r) {
               __m512 s = _mm512_mul_ps(acc[r], _mm512_set1_ps(scale));
-              const int64_t pos = r0 + r;  // keys after pos are hidden
-              const int64_t visible = pos - key0 + 1;
-              if (visible < 16) {
-                const __mmask16 keep = visible <= 0 ? 0 : (__mmask16)((1u << visible) - 1);
-                s = _mm512_mask_mov_ps(_mm512_set1_ps(ninf), keep, s);
+              const int64_t pos = r0 + r;  // keys after pos are hidden, and under a window keys before lo
+              const int64_t visible = pos - key0 + 1, before = window > 0 ? pos - window + 1 - key0 : 0;
+              if (visible < 16 || before > 0) {
+                uint32_t keep = visible <= 0 ? 0u : visible >= 16 ? 0xffffu : (1u << visible) - 1;
+                if (before > 0) keep &= before >= 16 ? 0u : ~((1u << before) - 1);
+                s = _mm512_mask_mov_ps(_mm512_set1_ps(ninf), (__mmask16)keep, s);
               }
               _mm512_storeu_ps(S.data() + r * KC + kb * 16, s);
             }
@@ -142,7 +151,7 @@ static at::Tensor prefill_impl(const at::Tensor& q, const at::Tensor& k, const a
             for (int64_t j = 0; j < cols; j += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(sr + j));
             const float cmax = _mm512_reduce_max_ps(mx);
             const float mnew = std::max(m[r], cmax);
-            if (mnew == ninf) {  // a padding row (past n): nothing visible
+            if (mnew == ninf) {  // a padding row (past n), or a chunk before the row's window: nothing visible
               for (int64_t j = 0; j < cols / 2; ++j) P[r * (KC / 2) + j] = 0;
               continue;
             }
@@ -194,7 +203,8 @@ bool prefill_supported() {
 #endif
 }
 
-at::Tensor causal_prefill(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale) {
+at::Tensor causal_prefill(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale,
+                          int64_t window) {
   TORCH_CHECK(prefill_supported(), "causal_prefill: built without AVX-512 BF16 (use PyTorch's attention)");
   for (const at::Tensor* t : {&q, &k, &v})
     TORCH_CHECK(t->scalar_type() == at::kBFloat16 && t->dim() == 4 && t->size(0) == 1 && t->stride(3) == 1,
@@ -202,8 +212,9 @@ at::Tensor causal_prefill(const at::Tensor& q, const at::Tensor& k, const at::Te
   TORCH_CHECK(q.size(3) == k.size(3) && k.sizes() == v.sizes() && q.size(3) % 16 == 0 && q.size(3) <= 256,
               "causal_prefill: head size must be the same, a multiple of 16, at most 256");
   TORCH_CHECK(q.size(1) % k.size(1) == 0 && k.size(2) >= q.size(2), "causal_prefill: heads or keys do not match");
+  TORCH_CHECK(window >= 0, "causal_prefill: window must be >= 0 (0: none)");
 #ifdef LOOKAHEAD_PREFILL
-  return prefill_impl(q, k, v, scale);
+  return prefill_impl(q, k, v, scale, window);
 #else
   return at::Tensor();
 #endif

@@ -1,4 +1,5 @@
-"""The prompt's pass: SDPA's causal kernel where every layer's mask is plain causal, the 4-D mask elsewhere."""
+"""The prompt's pass: into an empty cache, SDPA's causal kernel over the prompt's own keys (a sliding-window
+layer's banded to its window); after cached tokens, the 4-D mask."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def _prefill(arch: str, prompts: list[list[int]], masked: bool, monkeypatch: pyt
     assert install(lm.model)  # the engine's attention, whose fused branch takes the causal kernel
     with monkeypatch.context() as m:
         if masked:
-            m.setattr(model_runner, "causal_prompt", lambda rows: contextlib.nullcontext())
+            m.setattr(model_runner, "causal_prompt", lambda rows, window_of=None: contextlib.nullcontext())
         runner, cache = ModelRunner(lm.model), KVCache(KEY_ALIGN)
         for prompt in prompts:
             runner.prefill(cache, prompt)
@@ -74,14 +75,32 @@ def test_a_prompt_after_cached_tokens_keeps_the_mask(monkeypatch: pytest.MonkeyP
     _assert_same_cache(mine, _prefill("llama", [first + more], masked=True, monkeypatch=monkeypatch))
 
 
-def test_a_sliding_window_shorter_than_the_prompt_keeps_the_mask(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The tiny Gemma 3 has sliding_window 8 on three of its four layers: a 7-token prompt is inside
-    # every window (all layers plain causal), a 12-token one is not (then every layer keeps its mask).
+def test_a_sliding_window_shorter_than_the_prompt_runs_a_banded_causal_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The tiny Gemma 3 has sliding_window 8 on three of its four layers (layer 3 is full attention). A
+    # 7-token prompt is inside every window: every layer plain causal. A 12-token one is not: the
+    # sliding layers get a banded mask over the prompt's own 12 keys (row i sees i-7..i), the full layer
+    # stays plain causal, and the cache equals the one the model's own 4-D masks give.
     lm = model64("gemma3")
-    calls = _spy_sdpa(monkeypatch)
-    for text, causal in (("abcdefg", True), ("abcdefghijkl", False)):
+    kinds = lm.model.config.layer_types
+    assert kinds.count("sliding_attention") == 3 and lm.model.config.sliding_window == 8
+    masks: list[torch.Tensor | None] = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(*args: object, **kwargs: object) -> torch.Tensor:
+        masks.append(kwargs.get("attn_mask"))  # type: ignore[arg-type]
+        return sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    for text in ("abcdefg", "abcdefghijkl"):
         prompt = lm.encode(text, raw=True)
-        calls.clear()
+        n = len(prompt)
+        masks.clear()
         mine = _prefill("gemma3", [prompt], masked=False, monkeypatch=monkeypatch)
-        assert calls == [causal] * lm.model.config.num_hidden_layers, text
+        for kind, mask in zip(kinds, masks):
+            if kind == "full_attention" or n <= 8:
+                assert mask is None, (text, kind)  # is_causal over the prompt's keys
+            else:
+                assert mask is not None and mask.shape[-2:] == (n, n)
+                band = [[i - 8 < j <= i for j in range(n)] for i in range(n)]
+                assert mask[0, 0].tolist() == band
         _assert_same_cache(mine, _prefill("gemma3", [prompt], masked=True, monkeypatch=monkeypatch))

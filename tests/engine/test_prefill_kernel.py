@@ -5,11 +5,13 @@ is not, these tests check the fallback instead: prompts keep SDPA's causal kerne
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 import torch.nn.functional as F
 
-from lookahead.engine import exact_kernel
+from lookahead.engine import exact_kernel, model_runner
 from lookahead.engine.attention import causal_prompt, exact_attention, install
 from lookahead.engine.kvcache import KVCache
 from lookahead.engine.model_runner import ModelRunner
@@ -31,10 +33,14 @@ def _inputs(heads: int, kv_heads: int, n: int, head_dim: int, extra_keys: int = 
     return q, k, v
 
 
-def _reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
-    """float64 causal attention over the first n keys, grouped heads: [1, n, H, D]."""
+def _reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, window: int = 0) -> torch.Tensor:
+    """float64 causal attention over the first n keys (row i: keys i-window+1..i under a window), grouped
+    heads: [1, n, H, D]."""
     n = q.shape[2]
-    out = F.scaled_dot_product_attention(q.double(), k[:, :, :n].double(), v[:, :, :n].double(), is_causal=True,
+    seen = torch.ones(n, n, dtype=torch.bool).tril_()
+    if window:
+        seen.triu_(1 - window)
+    out = F.scaled_dot_product_attention(q.double(), k[:, :, :n].double(), v[:, :, :n].double(), attn_mask=seen,
                                          scale=scale, enable_gqa=True)
     return out.transpose(1, 2)
 
@@ -67,6 +73,33 @@ def test_the_kernel_is_causal_attention(heads: int, kv_heads: int, n: int, head_
     groups = heads // kv_heads
     for h in range(heads):
         torch.testing.assert_close(ours[0, 0, h], v[0, h // groups, 0], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("n, window", [
+    (40, 8), (40, 16), (40, 39), (300, 17), (300, 128), (300, 130), (530, 512), (260, 1),
+])  # windows inside a 16-key block, on its edge, across a 128-key chunk, Gemma 3's 512, and one key
+def test_the_kernel_keeps_a_sliding_window(n: int, window: int) -> None:
+    # Row i sees keys i-window+1..i only (transformers' sliding-window layers). Against a float64
+    # reference with that band, as close as the causal case; with window 1 each row sees its own key
+    # alone, so its output is exactly its value.
+    heads, kv_heads, head_dim = 4, 2, 64
+    q, k, v = _inputs(heads, kv_heads, n, head_dim, extra_keys=3, seed=window)
+    scale = head_dim ** -0.5
+    if not _supported():
+        with pytest.raises(RuntimeError, match="AVX-512 BF16"):
+            exact_kernel.kernel().causal_prefill(q, k, v, scale, window)
+        return
+    ours = exact_kernel.kernel().causal_prefill(q, k, v, scale, window)
+    ref = _reference(q, k, v, scale, window)
+    causal_err = float((exact_kernel.kernel().causal_prefill(q, k, v, scale).double() - _reference(q, k, v, scale))
+                       .abs().max())
+    assert float((ours.double() - ref).abs().max()) <= 2 * causal_err + 2e-3
+    assert float((ours.double() - _reference(q, k, v, scale)).abs().max()) > 0.05  # the window changed the rows
+    if window == 1:
+        for h in range(heads):
+            torch.testing.assert_close(ours[0, :, h], v[0, h // 2, :n], rtol=0, atol=0)
+    with pytest.raises(RuntimeError, match="window must be"):
+        exact_kernel.kernel().causal_prefill(q, k, v, scale, -1)
 
 
 def test_the_kernel_reads_strided_heads() -> None:
@@ -128,6 +161,41 @@ def test_a_bfloat16_prompt_runs_the_kernel_in_every_layer(monkeypatch: pytest.Mo
     else:
         assert calls == 0 and sdpa == [True] * layers
     for a, b in zip(mine.layers, fallback.layers):
+        torch.testing.assert_close(a.keys.float(), b.keys.float(), rtol=0.05, atol=0.1)
+        torch.testing.assert_close(a.values.float(), b.values.float(), rtol=0.05, atol=0.1)
+
+
+def test_a_bfloat16_gemma3_prompt_past_the_window_runs_the_kernel_banded(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The tiny Gemma 3 in bfloat16 (head size 16; sliding window 8 on layers 0-2, layer 3 full): a 20-token
+    # prompt runs the kernel in every layer, window 8 on the sliding ones and none on the full one, and
+    # caches about what the model's own 4-D masks give (the masked pass, bfloat16 rounding apart).
+    lm = tiny_model("gemma3", dtype=torch.bfloat16, seed=0)
+    assert install(lm.model)
+    prompt = lm.encode("the quick brown fox jumps over", raw=True)
+    assert len(prompt) > 8
+    if not _supported():
+        assert not exact_kernel.prefills(torch.bfloat16, 16)
+        return
+    windows: list[int] = []
+    real_kernel = exact_kernel.kernel()
+
+    class Recording:
+        def __getattr__(self, name: str):
+            if name == "causal_prefill":
+                return lambda q, k, v, scale, window=0: windows.append(window) or real_kernel.causal_prefill(
+                    q, k, v, scale, window)
+            return getattr(real_kernel, name)
+
+    with monkeypatch.context() as m:
+        m.setattr(exact_kernel, "kernel", lambda: Recording())
+        mine = KVCache(KEY_ALIGN)
+        ModelRunner(lm.model).prefill(mine, prompt)
+    assert windows == [8, 8, 8, 0]
+    with monkeypatch.context() as m:
+        m.setattr(model_runner, "causal_prompt", lambda rows, window_of=None: contextlib.nullcontext())
+        ref = KVCache(KEY_ALIGN)
+        ModelRunner(lm.model).prefill(ref, prompt)
+    for a, b in zip(mine.layers, ref.layers):
         torch.testing.assert_close(a.keys.float(), b.keys.float(), rtol=0.05, atol=0.1)
         torch.testing.assert_close(a.values.float(), b.values.float(), rtol=0.05, atol=0.1)
 

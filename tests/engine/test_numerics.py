@@ -13,8 +13,9 @@ from lookahead import LookaheadConfig, SamplingConfig
 from lookahead.engine.attention import install
 from lookahead.engine.kvcache import KVCache
 from lookahead.engine.model_runner import ModelRunner
-from lookahead.engine.numerics import KEY_ALIGN, probe_width_floor, width_probe
+from lookahead.engine.numerics import KEY_ALIGN, plain_linears, probe_width_floor, width_probe
 from lookahead.errors import ConfigError
+from lookahead.models.packing import pack_linears
 from lookahead.testing import ARCHS, tiny_model
 
 from .helpers import WidthDependent, model64, prompts, spy_aligned_branches, spy_key_views
@@ -82,6 +83,28 @@ def _planted(below: int | None, total: bool = False) -> lookahead.LoadedModel:
     lm = tiny_model("llama", dtype=torch.float64, seed=2)
     lm.model.model.norm.register_forward_hook(WidthDependent(below, 1e-3, total).hook)
     return lm
+
+
+def test_a_plain_linear_layer_keeps_the_floor_at_2_and_packed_layers_allow_1() -> None:
+    # The tiny Gemma 3 in bfloat16, unpacked: its rows probe alike at every width from 1, but PyTorch's own
+    # linear computes a single row with another kernel, and on heavy-tailed rows some of its layers give
+    # a row other bits alone than as the first of two (4 of 256 rows in one layer on Zen 4; normal rows:
+    # none). So the floor is 2, not 1.
+    lm = tiny_model("gemma3", dtype=torch.bfloat16, seed=1)
+    assert plain_linears(lm.model)
+    gen = torch.Generator().manual_seed(0)
+    alone = 0
+    for layer in (m for m in lm.model.modules() if type(m) is torch.nn.Linear):
+        n = layer.in_features
+        x = (torch.randn(257, n, generator=gen) * torch.exp(2 * torch.randn(257, n, generator=gen))).bfloat16()
+        with torch.no_grad():
+            alone += sum(not torch.equal(layer(x[i : i + 1])[0], layer(x[i : i + 2])[0]) for i in range(256))
+    assert alone > 0  # what the rule guards against
+    assert probe_width_floor(lm.model, max_width=24).floor == 2
+    # Packed, a single row runs as the first of two (models/packing.py): where no plain layer is left (every
+    # shape here; packing refuses a shape that would cost exactness) the probe's floor stands as measured.
+    assert pack_linears(lm.model)
+    assert probe_width_floor(lm.model, max_width=24).floor == (2 if plain_linears(lm.model) else 1)
 
 
 def test_probe_finds_a_planted_floor() -> None:

@@ -376,8 +376,9 @@ def causal_prompt(rows: int, window_of: Callable[[int], int | None] | None = Non
     them for positions 0..rows-1 of an empty cache, causal in every layer (a sliding-window layer within
     its window), and runs a causal kernel over the first `rows` keys instead of the 4-D mask: SDPA's, or
     in bfloat16 engine/prefill_kernel.cpp's where it builds. `window_of(i)`: layer i's sliding window
-    (None: full attention), as the engine's masks apply it; None for a model without windows. Measured (SmolLM2 bf16, 2 Zen 4 cores, per layer): SDPA 531 rows 5.0 -> 4.4 ms, 841 rows
-    12.0 -> 8.3 ms against the mask (the masked kernel visits every key block, and the mask keeps
+    (None: full attention), as the engine's masks apply it; None for a model without windows. Measured
+    (SmolLM2 bf16, 2 Zen 4 cores, per layer): SDPA 531 rows 5.0 -> 4.4 ms, 841 rows 12.0 -> 8.3 ms
+    against the mask (the masked kernel visits every key block, and the mask keeps
     transformers from sharing key heads without copies); the prefill kernel 4.5 -> 1.2 ms at 531 rows,
     92 -> 39 ms at 3,200 against SDPA's causal kernel."""
     token, windows_token = _causal_rows.set(rows), _causal_windows.set(window_of)

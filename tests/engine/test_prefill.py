@@ -104,3 +104,21 @@ def test_a_sliding_window_shorter_than_the_prompt_runs_a_banded_causal_kernel(mo
                 band = [[i - 8 < j <= i for j in range(n)] for i in range(n)]
                 assert mask[0, 0].tolist() == band
         _assert_same_cache(mine, _prefill("gemma3", [prompt], masked=True, monkeypatch=monkeypatch))
+
+
+def test_a_model_windowed_in_every_layer_bands_every_layer(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The tiny Mistral has sliding_window 16 on every layer and no layer types (one mask for all): a
+    # 59-token prompt gets the band in every layer, and the cache the model's own 4-D masks give.
+    lm = model64("mistral")
+    assert lm.model.config.sliding_window == 16 and getattr(lm.model.config, "layer_types", None) is None
+    prompt = lm.encode("the quick brown fox jumps over the lazy dog again and again", raw=True)
+    n = len(prompt)
+    masks: list[torch.Tensor | None] = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention",
+                        lambda *a, **kw: masks.append(kw.get("attn_mask")) or sdpa(*a, **kw))
+    mine = _prefill("mistral", [prompt], masked=False, monkeypatch=monkeypatch)
+    band = [[i - 16 < j <= i for j in range(n)] for i in range(n)]
+    assert len(masks) == lm.model.config.num_hidden_layers
+    assert all(m is not None and m[0, 0].tolist() == band for m in masks)
+    _assert_same_cache(mine, _prefill("mistral", [prompt], masked=True, monkeypatch=monkeypatch))

@@ -45,7 +45,8 @@ def choose(table: Mapping[str, Any], candidates: Sequence[str]) -> tuple[str, st
         if n >= MIN_PAIRED and lo > 0 and saved["mean"] > best_saved:
             best, best_saved = s, saved["mean"]
     if best == BASELINE:
-        reason = "no strategy saves device-seconds with confidence (95% interval lower bound <= 0)"
+        reason = (f"no strategy saves device-seconds with confidence (95% interval lower bound > 0, over at least "
+                  f"{MIN_PAIRED} requests)")
     else:
         reason = f"{best} saves device-seconds with confidence (95% interval lower bound > 0)"
     return best, reason + ("; " + "; ".join(notes) if notes else "")

@@ -96,6 +96,8 @@ def test_policy_needs_a_confident_saving_and_adds_length_rules() -> None:
     assert unanimous["default"]["strategy"] == "lookahead"
     few = build_policy({"code": table(0.4, 0.1, n=4)}, {}, ("autoregressive", "lookahead"), lk, {})
     assert few["classes"]["code"]["strategy"] == "autoregressive" and "too few" in few["meta"]["reasons"]["code"]
+    # a confident saving over too few requests: the reason does not claim the interval reaches 0
+    assert "<= 0" not in few["meta"]["reasons"]["code"] and "at least 5 requests" in few["meta"]["reasons"]["code"]
 
 
 def test_config_parsing_at_the_edge(tmp_path) -> None:

@@ -134,9 +134,9 @@ def test_lookahead_on_a_packed_model_equals_autoregressive_on_the_plain_one() ->
 
 def test_timings_are_kept_apart_for_packed_models() -> None:
     lm = lookahead.load("tiny:llama", dtype="bfloat16", probe=False, pack=False)
-    assert lm.packed == 0 and not lm.timing_key.endswith("|packed")
+    assert lm.packed == 0 and "|packed" not in lm.timing_key
     lm = lookahead.load("tiny:llama", dtype="bfloat16", probe=False)
-    assert lm.packed > 0 and lm.timing_key.endswith("|packed")
+    assert lm.packed > 0 and lm.timing_key.endswith(f"|packed{packing.PACKING_VERSION}")  # new packing, new timings
 
 
 def test_auto_dtype_times_each_dtype_as_load_runs_it(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # noqa: ANN001
@@ -223,3 +223,73 @@ def test_auto_dtype_loads_the_model_the_named_dtype_loads(monkeypatch: pytest.Mo
     for name, tensor in [*auto.model.named_parameters(), *auto.model.named_buffers()]:
         theirs = buffers.get(name, dict(named.model.named_parameters()).get(name))
         assert theirs is not None and tensor.dtype == theirs.dtype and torch.equal(tensor, theirs), name
+
+
+def _projections(model: torch.nn.Module) -> list[packing.PackedProjection]:
+    return [m for m in model.modules() if isinstance(m, packing.PackedProjection)]
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "gemma3"])  # qwen2: biases stacked too
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_sibling_projections_run_as_one_matmul_with_each_layers_own_bits(
+        arch: str, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch) -> None:
+    lm = tiny_model(arch, dtype=dtype, seed=1)
+    alone = copy.deepcopy(lm.model)
+    monkeypatch.setattr(packing, "_stack_siblings", lambda model: None)  # packed, every layer on its own
+    pack_linears(alone)
+    monkeypatch.undo()
+    assert pack_linears(lm.model) == packed_count(alone) == packed_count(lm.model)
+    # every decoder layer: q, k, v in one stack, gate and up in another
+    layers = lm.model.config.num_hidden_layers
+    assert len(_projections(lm.model)) == 5 * layers and not _projections(alone)
+    assert len({id(p.stacked) for p in _projections(lm.model)}) == 2 * layers
+    ids = torch.tensor(lm.encode("the quick brown fox jumps over the lazy dog", raw=True))
+    for n in (1, 2, 5, ids.numel()):
+        assert torch.equal(_logits(lm.model, ids[:n]), _logits(alone, ids[:n])), f"{arch} {dtype}: {n} rows"
+    # no stack holds on to a pass's input or products once every member has taken its output
+    assert all(p.stacked._last is None for p in _projections(lm.model))
+
+
+def test_a_member_called_out_of_turn_still_gets_its_own_output() -> None:
+    # the stack serves a member from the last input only when it is the same tensor: another input (or a
+    # member asked twice) is computed afresh, so the call order of the model's code never changes a result
+    lm = tiny_model("llama", dtype=torch.bfloat16, seed=1)
+    attention = lm.model.model.layers[0].self_attn
+    plain = {n: copy.deepcopy(getattr(attention, n)) for n in ("q_proj", "k_proj", "v_proj")}
+    pack_linears(lm.model)
+    assert isinstance(attention.q_proj, packing.PackedProjection)
+    gen = torch.Generator().manual_seed(3)
+    a, b = (torch.randn(1, 3, attention.q_proj.in_features, generator=gen).to(torch.bfloat16) for _ in range(2))
+
+    def own(name: str, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return plain[name](x)
+
+    with torch.no_grad():
+        calls = [("k_proj", a), ("q_proj", b), ("q_proj", b), ("v_proj", a), ("k_proj", b), ("v_proj", b), ("q_proj", a)]
+        for name, x in calls:
+            assert torch.equal(getattr(attention, name)(x), own(name, x)), name
+
+
+def test_a_stack_that_changes_bits_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    # stacked products a nudge off their members' own: the layers stay packed one by one
+    lm = tiny_model("llama", dtype=torch.bfloat16, seed=1)
+    real = packing._Stacked.run
+    monkeypatch.setattr(packing._Stacked, "run", lambda self, x: [p * 1.01 for p in real(self, x)])
+    linears = sum(type(m) is torch.nn.Linear for m in lm.model.modules())
+    assert pack_linears(lm.model) == linears == packed_count(lm.model) and not _projections(lm.model)
+
+
+def test_a_copied_model_stacks_its_own_weights() -> None:
+    # the copy's members share one stack of the copy's weights, not the original's
+    lm = tiny_model("qwen2", dtype=torch.bfloat16, seed=1)
+    pack_linears(lm.model)
+    twin = copy.deepcopy(lm.model)
+    mine, theirs = _projections(lm.model), _projections(twin)
+    assert len(theirs) == len(mine) and not {id(p.stacked) for p in mine} & {id(p.stacked) for p in theirs}
+    attention = twin.model.layers[0].self_attn
+    assert attention.q_proj.stacked is attention.k_proj.stacked is attention.v_proj.stacked
+    assert attention.k_proj.stacked.weights[1] is attention.k_proj.weight  # the copy's own parameter
+    assert attention.k_proj.weight is not lm.model.model.layers[0].self_attn.k_proj.weight
+    ids = torch.tensor(lm.encode("two copies", raw=True))
+    assert torch.equal(_logits(twin, ids), _logits(lm.model, ids))

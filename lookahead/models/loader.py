@@ -14,7 +14,7 @@ import torch
 
 from lookahead.errors import ModelNotFoundError, PromptError
 from lookahead.models import dtypes
-from lookahead.models.packing import pack_linears
+from lookahead.models.packing import PACKING_VERSION, pack_linears
 from lookahead.models.registry import EMBEDDED, cache_root
 
 Messages = Sequence[dict[str, str]]
@@ -48,7 +48,8 @@ class LoadedModel:
         """What the device's measured timings (cost curves, batch costs) are kept under: the model, its
         dtype, the device and whether its weights are packed (packing changes speed; in float32 also the
         last bits, models/packing.py)."""
-        return f"{self.name}|{self.dtype}|{dtypes.device_signature()}" + ("|packed" if self.packed else "")
+        return f"{self.name}|{self.dtype}|{dtypes.device_signature()}" + (
+            f"|packed{PACKING_VERSION}" if self.packed else "")
 
     def encode(self, prompt: PromptLike, *, raw: bool = False) -> list[int]:
         """Token ids for a prompt: a str (a user chat message unless raw), chat messages, or ids. Where the

@@ -49,7 +49,7 @@ NO_PACK_HELP = ("run PyTorch's own linear kernels instead of weights packed once
 # 4: sibling projections run as one matmul (timings cached before are re-taken: models/loader.py timing_key)
 PACKING_VERSION = 4
 # Sibling layers that a decoder layer applies to one input, by attribute name (Llama, Mistral, Qwen, Gemma)
-FUSED_GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+STACKED_GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 PACK_FOR_ROWS = 8  # the row count oneDNN tunes the packed layout for (decode steps: a few to a few dozen)
 
 
@@ -256,20 +256,22 @@ def pack_linears(model: Any) -> int:
 
 
 def _stack_siblings(model: Any) -> None:
-    """Run each FUSED_GROUPS group of packed sibling layers as one PackedProjection group, where the
+    """Run each STACKED_GROUPS group of packed sibling layers as one PackedProjection group, where the
     stacked product gives every member its own bits (checked once per group shape and dtype)."""
     verdicts: dict[tuple[object, ...], bool] = {}
     for parent in list(model.modules()):
-        for names in FUSED_GROUPS:
+        for names in STACKED_GROUPS:
             members = [getattr(parent, n, None) for n in names]
             if not all(type(m) is PackedLinear for m in members):
                 continue
             layers: list[PackedLinear] = members  # type: ignore[assignment]
             if len({(m.in_features, m._dtype, m._device, m.bias is None) for m in layers}) != 1:
                 continue
-            stacked = _Stacked([m.weight for m in layers], [m.bias for m in layers])
             kind = (layers[0].in_features, tuple(m.out_features for m in layers), layers[0]._dtype,
                     layers[0].bias is None)
+            if verdicts.get(kind) is False:
+                continue
+            stacked = _Stacked([m.weight for m in layers], [m.bias for m in layers])
             if kind not in verdicts:
                 verdicts[kind] = _stacking_is_exact(layers, stacked)
             if verdicts[kind]:

@@ -293,3 +293,17 @@ def test_a_copied_model_stacks_its_own_weights() -> None:
     assert attention.k_proj.weight is not lm.model.model.layers[0].self_attn.k_proj.weight
     ids = torch.tensor(lm.encode("two copies", raw=True))
     assert torch.equal(_logits(twin, ids), _logits(lm.model, ids))
+
+
+def test_a_stacked_member_is_handed_on_as_a_view_only_at_whole_vector_widths() -> None:
+    # widths that are multiples of VIEW_WIDTH leave no scalar remainder in PyTorch's vectorized loops: a
+    # view into the stacked product; any other width gets its own contiguous copy
+    gen = torch.Generator().manual_seed(0)
+    weights = [torch.randn(n, 32, generator=gen).to(torch.bfloat16) for n in (64, 40, 128)]
+    stacked = packing._Stacked(weights, [None, None, None])
+    x = torch.randn(3, 32, generator=gen).to(torch.bfloat16)
+    q, k, g = stacked.run(x)
+    assert not q.is_contiguous() and not g.is_contiguous() and k.is_contiguous()
+    assert q.untyped_storage().data_ptr() == g.untyped_storage().data_ptr() != k.untyped_storage().data_ptr()
+    for part, w in zip((q, k, g), weights):
+        assert torch.equal(part, torch.nn.functional.linear(x, w))

@@ -9,6 +9,7 @@ import torch
 
 import lookahead
 from lookahead import LookaheadConfig, SamplingConfig
+from lookahead.engine.exact_kernel import LINEAR_ENV
 from lookahead.engine.numerics import width_probe
 from lookahead.models import packing
 from lookahead.models.packing import PackedLinear, pack_linears, packed_count, unpack_linears
@@ -20,8 +21,15 @@ def _logits(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
         return model(input_ids=ids[None]).logits[0]
 
 
+@pytest.fixture
+def onednn(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bfloat16 packs for oneDNN, not lookahead's tiled kernel (tested in tests/engine/test_linear_kernel.py):
+    the rules below are about oneDNN's packed weights against PyTorch's plain kernel."""
+    monkeypatch.setenv(LINEAR_ENV, "0")
+
+
 @pytest.mark.parametrize("arch", ARCHS)
-def test_packed_bf16_model_computes_the_same_bits(arch: str) -> None:
+def test_packed_bf16_model_computes_the_same_bits(arch: str, onednn: None) -> None:
     lm = tiny_model(arch, dtype=torch.bfloat16, seed=1)
     plain = copy.deepcopy(lm.model)
     linears = sum(type(m) is torch.nn.Linear for m in lm.model.modules())
@@ -31,7 +39,7 @@ def test_packed_bf16_model_computes_the_same_bits(arch: str) -> None:
         assert torch.equal(_logits(lm.model, ids[:n]), _logits(plain, ids[:n])), f"{arch}: {n} rows"
 
 
-def test_a_kernel_that_changes_bits_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_kernel_that_changes_bits_is_not_used(monkeypatch: pytest.MonkeyPatch, onednn: None) -> None:
     # a packed kernel off by one ulp-ish nudge anywhere: no layer may be swapped
     lm = tiny_model("llama", dtype=torch.bfloat16, seed=1)
     real = packing._packed_matmul
@@ -66,7 +74,7 @@ def test_a_packed_kernel_whose_rows_depend_on_the_count_is_not_used(monkeypatch:
     assert pack_linears(lm.model) == 0
 
 
-def test_one_row_is_computed_as_the_first_of_two(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_one_row_is_computed_as_the_first_of_two(monkeypatch: pytest.MonkeyPatch, onednn: None) -> None:
     # oneDNN takes another path for a single row (SmolLM2's down_proj in bfloat16 gave other bits on 17
     # of 200 rows): planted here as a one-row kernel that is off. The layer still packs, and its single
     # row is the bits of the same row in any wider call, so the model needs no dummy row (floor 1)
@@ -119,7 +127,7 @@ def test_packed_layers_fall_back_where_the_packed_copy_does_not_fit() -> None:
     assert layer.packed.dtype == torch.bfloat16
 
 
-def test_lookahead_on_a_packed_model_equals_autoregressive_on_the_plain_one() -> None:
+def test_lookahead_on_a_packed_model_equals_autoregressive_on_the_plain_one(onednn: None) -> None:
     # the engine's guarantee across the swap: packing changes speed, so the tokens are the plain model's
     plain = tiny_model("llama", dtype=torch.bfloat16, seed=1)
     packed = tiny_model("llama", dtype=torch.bfloat16, seed=1)
@@ -165,7 +173,7 @@ def test_auto_dtype_times_each_dtype_as_load_runs_it(monkeypatch: pytest.MonkeyP
     assert dtypes.choose(lm.model, "tiny-test") == torch.bfloat16 and len(timed) == 2 * dtypes.TIMING_ROUNDS
 
 
-def test_a_packed_model_deep_copies_and_unpacks() -> None:
+def test_a_packed_model_deep_copies_and_unpacks(onednn: None) -> None:
     # copies of a loaded model (the certificate's reference, dtype timing) must work on packed layers,
     # whose blocked weights have no storage to copy; a tied LM head stays tied in the copy
     lm = tiny_model("gemma3", dtype=torch.bfloat16, seed=1)

@@ -234,10 +234,19 @@ bool prefill_supported();
 at::Tensor causal_prefill(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale,
                           int64_t window);
 
+// linear_kernel.cpp, likewise
+bool linear_supported();
+at::Tensor tile_weight(const at::Tensor& weight);
+at::Tensor tiled_linear(const at::Tensor& x, const at::Tensor& tiled, const c10::optional<at::Tensor>& bias);
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("scores", &scores, "scaled, masked q.k for every row and key (see the file's header)");
   m.def("weighted", &weighted, "probability-weighted value sums, keys in order (see the file's header)");
   m.def("prefill_supported", &prefill_supported, "was causal_prefill built (AVX-512 BF16)?");
   m.def("causal_prefill", &causal_prefill, "a prompt's causal attention over its own keys (prefill_kernel.cpp)",
         py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scale"), py::arg("window") = 0);
+  m.def("linear_supported", &linear_supported, "was tiled_linear built (AVX-512 BF16)?");
+  m.def("tile_weight", &tile_weight, "a weight [N, K] in tiled_linear's layout (linear_kernel.cpp)");
+  m.def("tiled_linear", &tiled_linear, "x @ weight.T + bias, each row alone in a fixed order (linear_kernel.cpp)",
+        py::arg("x"), py::arg("tiled"), py::arg("bias") = py::none());
 }

@@ -112,7 +112,8 @@ def load(name_or_path: str = "smollm2-135m-instruct", *, dtype: str | torch.dtyp
         from lookahead.engine.numerics import PROBE_VERSION, width_probe
 
         cache = None if tiny else cache_root() / "width-probes.json"
-        packed = "|packed" if loaded.packed else ""  # packing can change which widths agree (float32)
+        # packing can change which widths agree (float32) and the bits (bfloat16 on the tiled kernel)
+        packed = f"|packed{PACKING_VERSION}" if loaded.packed else ""
         width_probe(loaded.model, cache_file=cache,
                     cache_key=f"{key}|{loaded.dtype}|{dtypes.device_signature()}{packed}|{PROBE_VERSION}")
     return loaded

@@ -22,6 +22,16 @@ So each distinct layer shape is packed only where, for a spread of row counts, e
 A packed kernel that is neither is never used. The width probe then runs over the packed model like
 over any other.
 
+In bfloat16, where lookahead's C++ extension builds with AVX-512 BF16 (engine/exact_kernel.py `tiles`),
+the weights are instead laid out for its own linear kernel (engine/linear_kernel.cpp, `TiledWeight`): each
+output is one fixed sequence of float operations, so a row's bits never depend on the row count (one
+row included), and each call reads the weights once at close to the memory bandwidth. It gives other
+last bits than oneDNN, as the exact attention kernel does: the model computes other (equally rounded)
+numbers, the same ones for every strategy, which is what lossless means here (README, "Lossless,
+exactly"). It is used only where its rows are width-invariant at every row count checked. Measured on
+SmolLM2-135M's linears (bfloat16, 2 Zen 4 cores, weights cold, interleaved): 1-8 rows 0.56-0.76 of
+oneDNN's time, 16 rows 0.78, 64 rows 0.87, a 600-row prompt 1.04. LOOKAHEAD_LINEAR_KERNEL=0 keeps oneDNN.
+
 Sibling projections that read the same input (an attention's q, k and v; an MLP's gate and up) then run
 as one matmul over their weights stacked, split back into each layer's output (`PackedProjection`):
 two calls a decoder layer instead of five, and the narrow k and v matrices no longer run alone (oneDNN
@@ -43,12 +53,15 @@ from typing import Any
 import torch
 from torch import nn
 
+from lookahead.engine import exact_kernel
+
 CHECK_ROWS = (1, 2, 3, 4, 5, 8, 16, 17, 33, 64)  # row counts compared (ascending; the last is the widest)
 NO_PACK_HELP = ("run PyTorch's own linear kernels instead of weights packed once for oneDNN (default: packed where "
                 "that costs no exactness; float32 then gives other last bits than the plain kernel)")
 # 2: float32 packs where that makes its rows width-invariant; 3: one row runs as the first of two;
-# 4: sibling projections run as one matmul (timings cached before are re-taken: models/loader.py timing_key)
-PACKING_VERSION = 4
+# 4: sibling projections run as one matmul (timings cached before are re-taken: models/loader.py timing_key);
+# 5: bfloat16 on lookahead's tiled linear kernel (other bits: cached width probes are redone too)
+PACKING_VERSION = 5
 # Sibling layers that a decoder layer applies to one input, by attribute name (Llama, Mistral, Qwen, Gemma)
 STACKED_GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 VIEW_WIDTH = 64  # a stacked member's output is handed on as a view where its width is a multiple of this
@@ -61,21 +74,50 @@ def _ops_available() -> bool:
             and hasattr(mkldnn, "_linear_pointwise"))
 
 
-def _packed_matmul(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+class TiledWeight:
+    """A weight [out, in] in lookahead's linear kernel's layout, `blocks` [out/16, in/2, 16, 2] (engine/
+    linear_kernel.cpp `tile_weight`). Not a tensor: oneDNN's packed weights and these take other kernels."""
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        self.blocks = exact_kernel.kernel().tile_weight(weight.detach())
+        self.dtype = weight.dtype
+
+
+Packed = torch.Tensor | TiledWeight  # a weight as `_packed_matmul` takes it
+
+
+def _tileable(weight: torch.Tensor) -> bool:
+    """Can this weight [out, in] run on the tiled kernel (its dtype, whole 16-column blocks, input pairs)?"""
+    return weight.device.type == "cpu" and weight.shape[0] % 16 == 0 and weight.shape[1] % 2 == 0 and \
+        exact_kernel.tiles(weight.dtype)
+
+
+def _pack(weight: torch.Tensor) -> Packed:
+    """`weight` [out, in] packed once: for the tiled kernel where it can run it, else for oneDNN (raises
+    RuntimeError for a dtype or layout oneDNN does not take)."""
+    if _tileable(weight):
+        return TiledWeight(weight)
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACK_FOR_ROWS)
+
+
+def _packed_matmul(x: torch.Tensor, packed: Packed, bias: torch.Tensor | None) -> torch.Tensor:
     """x [..., in] @ weight.T + bias through the packed weight: [..., out]. oneDNN flattens the leading
     dimensions itself, giving the bits of x.reshape(-1, in) without a reshape and a view around each of a
-    step's 211 linears (SmolLM2; forward passes of 4-8 rows ~0.5% faster, paired)."""
+    step's 211 linears (SmolLM2; forward passes of 4-8 rows ~0.5% faster, paired); so does the tiled kernel."""
+    if isinstance(packed, TiledWeight):
+        return exact_kernel.kernel().tiled_linear(x, packed.blocks, bias)
     return torch.ops.mkldnn._linear_pointwise.default(x, packed, bias, "none", [], "")
 
 
-def _run_packed(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def _run_packed(x: torch.Tensor, packed: Packed, bias: torch.Tensor | None) -> torch.Tensor:
     """The packed kernel as PackedLinear runs it: x [..., in] -> [..., out], a single row computed as the
     first of two. oneDNN takes another path for one row: SmolLM2's down_proj (1536 -> 576, bfloat16,
     Zen 4) gave other bits for 17 of 200 random rows alone than as the first of 2, 3 or 8 rows, while
     every count from 2 on agreed. That one layer gave the bfloat16 model a width floor of 2, so every
     exact pass carried a dummy row; computed as the first of two (which costs the same: 50.6 against
-    50.8 us), one row gives the bits of any wider pass and the model's floor is 1."""
-    if x.numel() == x.shape[-1]:  # one row
+    50.8 us), one row gives the bits of any wider pass and the model's floor is 1. The tiled kernel
+    computes every row alike, one row included."""
+    if x.numel() == x.shape[-1] and not isinstance(packed, TiledWeight):  # one row
         return _packed_matmul(x.reshape(1, -1).expand(2, -1).contiguous(), packed, bias)[:1].view(*x.shape[:-1], -1)
     return _packed_matmul(x, packed, bias)
 
@@ -86,7 +128,7 @@ class PackedLinear(nn.Module):
     inputs the packed copy cannot take (another dtype or device, or needing gradients) go through the
     plain linear. The packed copy is taken at construction: change the weight afterwards and it is stale."""
 
-    def __init__(self, linear: nn.Linear, packed: torch.Tensor) -> None:
+    def __init__(self, linear: nn.Linear, packed: Packed) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight = linear.weight
@@ -112,7 +154,7 @@ class PackedLinear(nn.Module):
         out: nn.Module = shell
         if (shell.weight.dtype, shell.weight.device) == (self._dtype, self._device):
             with torch.no_grad():
-                out = PackedLinear(shell, torch.ops.mkldnn._reorder_linear_weight(shell.weight.detach(), PACK_FOR_ROWS))
+                out = PackedLinear(shell, _pack(shell.weight))
             out.train(self.training)
         memo[id(self)] = out
         return out
@@ -129,8 +171,7 @@ class _Stacked:
         self.weights, self.biases = weights, biases
         self.sizes = [int(w.shape[0]) for w in weights]
         with torch.no_grad():
-            self.packed = torch.ops.mkldnn._reorder_linear_weight(torch.cat([w.detach() for w in weights]),
-                                                                  PACK_FOR_ROWS)
+            self.packed = _pack(torch.cat([w.detach() for w in weights]))
             self.bias = None if biases[0] is None else torch.cat([b.detach() for b in biases if b is not None])
         # (input, its outputs, members served): kept until every member has taken its output
         self._last: tuple[torch.Tensor, list[torch.Tensor], set[int]] | None = None
@@ -211,21 +252,24 @@ def _rows_by_count(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) 
         return [fn(x[:n]) for n in CHECK_ROWS]
 
 
-def _width_invariant(outs: list[torch.Tensor]) -> bool:
-    """Are the rows of every pass of >= 2 rows the same rows of the widest pass, bit for bit?"""
+def _width_invariant(outs: list[torch.Tensor], fewest: int = 2) -> bool:
+    """Are the rows of every pass of >= `fewest` rows the same rows of the widest pass, bit for bit?"""
     widest = outs[-1]
-    return all(torch.equal(out, widest[: out.shape[0]]) for n, out in zip(CHECK_ROWS, outs) if n >= 2)
+    return all(torch.equal(out, widest[: out.shape[0]]) for n, out in zip(CHECK_ROWS, outs) if n >= fewest)
 
 
-def _packing_is_exact(linear: nn.Linear, packed: torch.Tensor) -> bool:
+def _packing_is_exact(linear: nn.Linear, packed: Packed) -> bool:
     """May this layer run packed without costing exactness? Where the packed kernel as it runs
     (`_run_packed`) gives the plain kernel's bits at every row count of CHECK_ROWS from 2 on (one row
     then gives those bits too, where the plain kernel's single row may not), or where the plain
-    kernel's rows depend on the row count and the packed kernel's do not (see the module docstring)."""
+    kernel's rows depend on the row count and the packed kernel's do not (see the module docstring).
+    The tiled kernel: where its rows are the same at every row count, one row included."""
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(max(CHECK_ROWS), linear.in_features, generator=gen).to(linear.weight.dtype)
-    plain = _rows_by_count(lambda rows: _plain_matmul(rows, linear.weight, linear.bias), x)
     fast = _rows_by_count(lambda rows: _run_packed(rows, packed, linear.bias), x)
+    if isinstance(packed, TiledWeight):
+        return _width_invariant(fast, fewest=1)
+    plain = _rows_by_count(lambda rows: _plain_matmul(rows, linear.weight, linear.bias), x)
     if all(torch.equal(a, b) for n, a, b in zip(CHECK_ROWS, plain, fast) if n >= 2):
         return True
     return not _width_invariant(plain) and _width_invariant(fast)
@@ -248,7 +292,7 @@ def pack_linears(model: Any) -> int:
                 continue
             with torch.no_grad():
                 try:
-                    packed = torch.ops.mkldnn._reorder_linear_weight(child.weight.detach(), PACK_FOR_ROWS)
+                    packed = _pack(child.weight)
                 except RuntimeError:  # a dtype or layout oneDNN does not take
                     verdicts[kind] = False
                     continue

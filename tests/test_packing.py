@@ -95,6 +95,18 @@ def test_one_row_is_computed_as_the_first_of_two(monkeypatch: pytest.MonkeyPatch
         assert torch.equal(layer(x[None]), wide[None])  # [1, 5, in], as the model calls it
 
 
+def assert_lookahead_equals_autoregressive(lm: lookahead.LoadedModel, label: str) -> None:
+    """Three prompts (one repetitive, one seeded top-p sampling): lookahead, adaptive trees and the Jacobi
+    window as proposed, gives autoregressive decoding's token ids."""
+    for i, text in enumerate(["the quick brown fox", "one two three one two three one two", "abcabcabcabc"]):
+        ids = lm.encode(text, raw=True)
+        sampling = SamplingConfig(temperature=0.9, top_p=0.95, seed=i) if i == 2 else None
+        ar = lookahead.generate(lm, ids, max_new_tokens=24, strategy="autoregressive", sampling=sampling)
+        la = lookahead.generate(lm, ids, max_new_tokens=24, lookahead=LookaheadConfig(2, 4, 4), sampling=sampling,
+                                adaptive=i != 1)
+        assert la.token_ids == ar.token_ids, (label, text)
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 def test_lookahead_on_a_packed_float32_model_equals_its_autoregressive_decoding(arch: str) -> None:
     # float32 packs where that makes rows width-invariant (its bits then differ from the plain kernel's):
@@ -102,13 +114,7 @@ def test_lookahead_on_a_packed_float32_model_equals_its_autoregressive_decoding(
     lm = tiny_model(arch, dtype=torch.float32, seed=3)
     pack_linears(lm.model)
     assert width_probe(lm.model).floor is not None
-    for i, text in enumerate(["the quick brown fox", "one two three one two three one two", "abcabcabcabc"]):
-        ids = lm.encode(text, raw=True)
-        sampling = SamplingConfig(temperature=0.9, top_p=0.95, seed=i) if i == 2 else None
-        ar = lookahead.generate(lm, ids, max_new_tokens=24, strategy="autoregressive", sampling=sampling)
-        la = lookahead.generate(lm, ids, max_new_tokens=24, lookahead=LookaheadConfig(2, 4, 4), sampling=sampling,
-                                adaptive=i != 1)
-        assert la.token_ids == ar.token_ids, (arch, text)
+    assert_lookahead_equals_autoregressive(lm, arch)
 
 
 def test_packed_layers_fall_back_where_the_packed_copy_does_not_fit() -> None:

@@ -19,7 +19,7 @@ SDPA (`prefills`), 2.2-3.7x faster on SmolLM2's heads on 2 Zen 4 cores. Its rows
 sense above and need not be (see the .cpp's header). LOOKAHEAD_PREFILL_KERNEL=0 keeps SDPA for prompts.
 
 And it carries a bfloat16 linear layer (engine/linear_kernel.cpp, AVX-512 BF16 again) whose rows are exact
-at any row count: models/packing.py runs the model's linears on it where `tiles` says so, 1.4-1.7x faster
+at any row count: models/packing.py runs the model's linears on it where `tiles` says so, 1.3-1.5x faster
 than oneDNN's at a decode pass's 1-8 rows on 2 Zen 4 cores. LOOKAHEAD_LINEAR_KERNEL=0 keeps oneDNN's.
 """
 

@@ -29,8 +29,9 @@ row included), and each call reads the weights once at close to the memory bandw
 last bits than oneDNN, as the exact attention kernel does: the model computes other (equally rounded)
 numbers, the same ones for every strategy, which is what lossless means here (README, "Lossless,
 exactly"). It is used only where its rows are width-invariant at every row count checked. Measured on
-SmolLM2-135M's linears (bfloat16, 2 Zen 4 cores, weights cold, interleaved): 1-8 rows 0.56-0.76 of
-oneDNN's time, 16 rows 0.78, 64 rows 0.87, a 600-row prompt 1.04. LOOKAHEAD_LINEAR_KERNEL=0 keeps oneDNN.
+SmolLM2-135M's linears (bfloat16, 2 Zen 4 cores under another tenant's memory traffic, interleaved;
+docs/results/tiled-linears/): 1-8 rows 0.65-0.77 of oneDNN's time, 16 rows 0.78, 64 rows 0.96, a
+600-row prompt 1.05. LOOKAHEAD_LINEAR_KERNEL=0 keeps oneDNN.
 
 Sibling projections that read the same input (an attention's q, k and v; an MLP's gate and up) then run
 as one matmul over their weights stacked, split back into each layer's output (`PackedProjection`):

@@ -10,13 +10,12 @@ import copy
 import pytest
 import torch
 
-import lookahead
-from lookahead import LookaheadConfig, SamplingConfig
 from lookahead.engine import exact_kernel
 from lookahead.engine.numerics import width_probe
 from lookahead.models import packing
 from lookahead.models.packing import TiledWeight, pack_linears, packed_count
 from lookahead.testing import ARCHS, tiny_model
+from tests.test_packing import assert_lookahead_equals_autoregressive
 
 
 def _supported() -> bool:
@@ -103,13 +102,7 @@ def test_lookahead_on_a_tiled_model_equals_its_autoregressive_decoding(arch: str
     assert pack_linears(lm.model) == len(linears) == packed_count(lm.model)
     assert (_tiled(lm.model) > 0) == (_supported() and tileable > 0)
     assert width_probe(lm.model).floor == 1  # every row count computes a row alike: no dummy rows
-    for i, text in enumerate(["the quick brown fox", "one two three one two three one two", "abcabcabcabc"]):
-        ids = lm.encode(text, raw=True)
-        sampling = SamplingConfig(temperature=0.9, top_p=0.95, seed=i) if i == 2 else None
-        ar = lookahead.generate(lm, ids, max_new_tokens=24, strategy="autoregressive", sampling=sampling)
-        la = lookahead.generate(lm, ids, max_new_tokens=24, lookahead=LookaheadConfig(2, 4, 4), sampling=sampling,
-                                adaptive=i != 1)
-        assert la.token_ids == ar.token_ids, (arch, text)
+    assert_lookahead_equals_autoregressive(lm, arch)
 
 
 def test_a_tiled_kernel_whose_rows_depend_on_the_count_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -57,8 +57,9 @@ from torch import nn
 from lookahead.engine import exact_kernel
 
 CHECK_ROWS = (1, 2, 3, 4, 5, 8, 16, 17, 33, 64)  # row counts compared (ascending; the last is the widest)
-NO_PACK_HELP = ("run PyTorch's own linear kernels instead of weights packed once for oneDNN (default: packed where "
-                "that costs no exactness; float32 then gives other last bits than the plain kernel)")
+NO_PACK_HELP = ("run PyTorch's own linear kernels instead of weights packed once for oneDNN or, in bfloat16, "
+                "lookahead's own kernel (default: packed where that costs no exactness; float32 and the bfloat16 "
+                "kernel then give other last bits than the plain kernel)")
 # 2: float32 packs where that makes its rows width-invariant; 3: one row runs as the first of two;
 # 4: sibling projections run as one matmul (timings cached before are re-taken: models/loader.py timing_key);
 # 5: bfloat16 on lookahead's tiled linear kernel (other bits: cached width probes are redone too)

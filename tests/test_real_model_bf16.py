@@ -93,11 +93,13 @@ def test_bf16_aligned_tree_rows_equal_autoregressive_rows() -> None:
     # time, bit for bit; over contexts of both parities, near the 512 and 1024 key marks too. Measured
     # while building it (random trees like these, contexts 30-1000): branches laid out with no gaps, 38
     # nodes of 392 differed; at offsets congruent mod 16 but a node moved away from its pair partner, 1 in
-    # ~200; with the rule, 0 of ~1,400. Branches stay in their 256-key block (engine/attention.py KEY_BLOCK), so
-    # trees near a block's end keep their first chains only.
+    # ~200 (oneDNN's matmul of probabilities and values; on the C++ kernel, which adds one key at a time,
+    # the pair rule is off: engine/attention.py key_layout); with the rule, 0 of ~1,400. Branches stay in
+    # their 256-key block (engine/attention.py KEY_BLOCK), so trees near a block's end keep their first
+    # chains only.
     import random
 
-    from lookahead.engine.attention import KEY_BLOCK, KEY_PERIOD
+    from lookahead.engine.attention import model_key_layout
     from lookahead.engine.draft import CandidateTree
     from lookahead.engine.kvcache import KVCache
     from lookahead.engine.model_runner import ModelRunner, Rows
@@ -117,6 +119,7 @@ def test_bf16_aligned_tree_rows_equal_autoregressive_rows() -> None:
         assert runner.chain_only and not runner.aligned
         return
     runner = ModelRunner(lm.model, probe.floor, exact_attention=True)
+    layout = model_key_layout(lm.model)
     rng = random.Random(0)
     gen = torch.Generator().manual_seed(0)
     placed = 0
@@ -127,7 +130,7 @@ def test_bf16_aligned_tree_rows_equal_autoregressive_rows() -> None:
         tree = CandidateTree()
         for _ in range(5):
             tree.add([rng.choice(vocab) for _ in range(rng.randrange(1, 6))])
-        tree, offsets = align_tree(tree, ctx, KEY_PERIOD, KEY_BLOCK)
+        tree, offsets = align_tree(tree, ctx, layout.period, layout.block, layout.pairs)
         placed += offsets[-1] + 1 > len(offsets)
         root = vocab[0]
         q = build_query(root, ctx, tree, None, offsets=offsets)

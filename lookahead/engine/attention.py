@@ -60,9 +60,38 @@ KEY_CHUNK = KEY_ALIGN  # the narrowest chunk: exact on every device measured (th
 # with the one before it (odd index) still right after it (the bf16 matmul of probabilities and values
 # reduces keys in pairs: a key moved away from its pair partner changed rows, by any shift), and in the
 # same KEY_BLOCK (within one chunk of `_weighted_sum`, whichever `key_chunk` picked: every chunk is a
-# multiple of it). Checked per model by the width probe (engine/numerics.py aligned_exact).
+# multiple of it). Checked per model by the width probe (engine/numerics.py aligned_exact). The pair
+# rule binds the matmul path only (`key_layout`).
 KEY_PERIOD = 16
 KEY_BLOCK = KEY_ALIGN
+
+
+@dataclass(frozen=True)
+class KeyLayout:
+    """Where a tree node's key may sit so that exact attention reduces it as in autoregressive decoding
+    (engine/query.py align_tree): at an offset congruent to its depth modulo `period`, in the same
+    `block` as its autoregressive index, and, with `pairs`, right after its parent where the two form
+    a pair (odd index)."""
+
+    period: int = KEY_PERIOD
+    block: int = KEY_BLOCK
+    pairs: bool = True
+
+
+def key_layout(dtype: torch.dtype, head_dim: int) -> KeyLayout:
+    """The layout rules of exact passes in `dtype` with this head size. On the C++ kernel
+    (engine/exact_kernel.cpp) a value sum adds one key at a time, in key order, and skips the keys of
+    weight 0, so a masked gap cannot move a visible key into another pair: only the softmax's 16-lane
+    sum (torch's) and the block rule remain. The matmul path (oneDNN's bfloat16 matmul reduces keys in
+    pairs) keeps the pair rule."""
+    return KeyLayout(pairs=not exact_kernel.serves(dtype, head_dim))
+
+
+def model_key_layout(model: Any) -> KeyLayout:
+    """`key_layout` for `model`'s attention heads and dtype (the strictest rules where its config does
+    not say)."""
+    shape = _head_shape(model)
+    return key_layout(next(model.parameters()).dtype, shape[2]) if shape else KeyLayout()
 
 
 @dataclass(frozen=True)
@@ -280,15 +309,22 @@ def key_chunk(dtype: torch.dtype, kv_heads: int, groups: int, head_dim: int) -> 
 _chunks: dict[tuple[Any, ...], int] = {}
 
 
-def model_key_chunk(model: Any) -> int:
-    """`key_chunk` for `model`'s attention heads and dtype (KEY_CHUNK where its config does not say)."""
+def _head_shape(model: Any) -> tuple[int, int, int] | None:
+    """(key/value heads, query heads per kv head, head size) from `model`'s config; None where it does
+    not say."""
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     heads = getattr(config, "num_attention_heads", None)
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
     head_dim = getattr(config, "head_dim", None) or (config.hidden_size // heads if heads else None)
     if not heads or not head_dim or heads % kv_heads:
-        return KEY_CHUNK
-    return key_chunk(next(model.parameters()).dtype, kv_heads, heads // kv_heads, head_dim)
+        return None
+    return kv_heads, heads // kv_heads, head_dim
+
+
+def model_key_chunk(model: Any) -> int:
+    """`key_chunk` for `model`'s attention heads and dtype (KEY_CHUNK where its config does not say)."""
+    shape = _head_shape(model)
+    return key_chunk(next(model.parameters()).dtype, *shape) if shape else KEY_CHUNK
 
 
 def _sums_invariant(chunk: int, dtype: torch.dtype, kv_heads: int, groups: int, head_dim: int) -> bool:

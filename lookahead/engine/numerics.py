@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from lookahead.cachefile import read_json, update_json
-from lookahead.engine.attention import KEY_ALIGN, KEY_BLOCK, KEY_CHUNK, KEY_PERIOD, install, model_key_chunk
+from lookahead.engine.attention import KEY_ALIGN, KEY_CHUNK, install, model_key_chunk, model_key_layout
 from lookahead.errors import ConfigError
 from lookahead.engine.draft import CandidateTree
 from lookahead.engine.kvcache import KVCache
@@ -43,8 +43,9 @@ from lookahead.engine.model_runner import ModelRunner, Rows
 from lookahead.engine.query import align_tree, build_query
 
 # Bump when the engine's numerics change (cached probes of older versions are ignored). 15: exact bfloat16
-# passes on the C++ kernel (engine/exact_kernel.py); 16: floor 2 at least with a plain linear layer.
-PROBE_VERSION = 16
+# passes on the C++ kernel (engine/exact_kernel.py); 16: floor 2 at least with a plain linear layer;
+# 17: aligned trees on the kernel without the pair rule (engine/attention.py key_layout).
+PROBE_VERSION = 17
 USABLE_FLOOR = 16  # a floor above this would make every step as wide as 16 rows: treated as none
 MIN_CEILING = 16  # a ceiling below this (or below max_width, if less) leaves steps too narrow: not taken
 _CONTEXTS = (40, 300, 700, 1000)  # cached context lengths the rows are probed over (passes that straddle
@@ -300,7 +301,7 @@ def _random_trees_exact(runner: ModelRunner, cache: KVCache, tokens: torch.Tenso
         for _ in range(5):
             depth = int(torch.randint(1, 6, (1,), generator=rng))
             tree.add([vocab[int(i)] for i in torch.randint(0, 5, (depth,), generator=rng)])
-        tree, offsets = align_tree(tree, p, KEY_PERIOD, KEY_BLOCK)
+        tree, offsets = _align(runner, tree, p)
         query = build_query(vocab[0], p, tree, None, offsets=offsets)
         if query.width > width:  # rows past `width` could meet a ceiling: not this check's business
             continue
@@ -322,6 +323,12 @@ def _random_trees_exact(runner: ModelRunner, cache: KVCache, tokens: torch.Tenso
     return True
 
 
+def _align(runner: ModelRunner, tree: CandidateTree, p: int) -> tuple[CandidateTree, list[int]]:
+    """`tree` laid out at aligned offsets by the rules of `runner`'s model (engine/attention.py KeyLayout)."""
+    layout = model_key_layout(runner.model)
+    return align_tree(tree, p, layout.period, layout.block, layout.pairs)
+
+
 def _tree_exact(runner: ModelRunner, cache: KVCache, tokens: torch.Tensor, width: int, aligned: bool = False) -> bool:
     """Do a branch's rows, computed in key views (`aligned`: with their keys at aligned offsets), come
     out as the same tokens do as the tree's first chain? A 3-token chain c after the root, first; then
@@ -335,7 +342,7 @@ def _tree_exact(runner: ModelRunner, cache: KVCache, tokens: torch.Tensor, width
         p = cache.get_seq_length()
         offsets = None
         if aligned:
-            tree, offsets = align_tree(tree, p, KEY_PERIOD, KEY_BLOCK)
+            tree, offsets = _align(runner, tree, p)
         query = build_query(root, p, tree, None, views=not aligned, offsets=offsets)
         logits = runner.forward_batch(cache, [Rows(query.tokens, query.positions, query.local, query.keep,
                                                    query.views, query.offsets)], width)[0]

@@ -89,13 +89,15 @@ def build_query(root: int, p: int, tree: CandidateTree, aux: AuxBranch | None, v
     return StepQuery(tokens, positions, local, torch.cat(keep), t, branch_views(tree) if views else (), placed)
 
 
-def align_tree(tree: CandidateTree, p: int, period: int, block: int) -> tuple[CandidateTree, list[int]]:
+def align_tree(tree: CandidateTree, p: int, period: int, block: int, pairs: bool = True) -> tuple[CandidateTree, list[int]]:
     """Cache offsets for the root (0) and the nodes of `tree` (root at position p) such that every node's
-    key is reduced exactly as in autoregressive decoding, where its key index would be p + depth:
+    key is reduced exactly as in autoregressive decoding, where its key index would be p + depth
+    (engine/attention.py KeyLayout gives the rules of a model's passes):
     - each node's offset is its depth modulo `period` (lanes of the float32 softmax's sum);
-    - a node whose index p + depth is odd is its parent's pair partner (bfloat16 matmuls reduce keys in
-      pairs), so it must sit right after its parent: only one child per such parent can, the likeliest
-      (the one `allocator.chain_first` puts first); the others are left out with their subtrees;
+    - with `pairs`, a node whose index p + depth is odd is its parent's pair partner (bfloat16 matmuls
+      reduce keys in pairs), so it must sit right after its parent: only one child per such parent can,
+      the likeliest (the one `allocator.chain_first` puts first); the others are left out with their
+      subtrees;
     - (p + offset) // block == (p + depth) // block (engine/attention.py KEY_BLOCK), else left out.
     Nodes are laid out depth first, each node's likeliest child right after it (the same offset + 1),
     each further child at the next free offset congruent to its depth. Returns (the tree of the nodes
@@ -114,7 +116,7 @@ def align_tree(tree: CandidateTree, p: int, period: int, block: int) -> tuple[Ca
         depth = tree.depths[node]
         if parent_at == used:
             offset = used + 1  # right after its parent
-        elif (p + depth) % 2 == 0:
+        elif not pairs or (p + depth) % 2 == 0:
             offset = used + 1 + (depth - used - 1) % period  # the next free offset = depth (mod period)
         else:
             continue  # its parent's pair partner, and the slot after the parent is taken

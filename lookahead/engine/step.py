@@ -17,7 +17,7 @@ import torch
 from lookahead.engine.draft import CandidateTree, Draft, StepOutcome
 from lookahead.engine.kvcache import KVCache
 from lookahead.engine.model_runner import ForwardTimer, ModelRunner, Rows
-from lookahead.engine.attention import KEY_BLOCK, KEY_PERIOD
+from lookahead.engine.attention import model_key_layout
 from lookahead.engine.numerics import KEY_ALIGN, WidthProbe
 from lookahead.engine.query import align_tree, build_query, verify
 from lookahead.engine.sources import HISTORY
@@ -55,6 +55,7 @@ class StepRunner:
         self.views = bool(key_views and exact and numerics.exact_attention and numerics.tree_exact)  # type: ignore[union-attr]
         self.aligned = bool(aligned and exact and not self.views and numerics.exact_attention and numerics.aligned_exact)  # type: ignore[union-attr]
         self.chain_only = exact and not self.views and not self.aligned
+        self.layout = model_key_layout(model)  # where aligned trees' keys may sit (engine/attention.py)
         self.model = ModelRunner(model, numerics.floor if exact else None,  # type: ignore[union-attr]
                                  exact_attention=exact and numerics.exact_attention,  # type: ignore[union-attr]
                                  batch_exact=exact and numerics.batch_exact, views=self.views,  # type: ignore[union-attr]
@@ -68,7 +69,10 @@ class StepRunner:
         """The part of `tree` (root at position p) that a step of this runner can verify exactly; the
         allocator sizes the step from it. Where only first chains can be, the allocator picks a path
         itself (Candidates.chain_only), so the tree is returned whole."""
-        return align_tree(tree, p, KEY_PERIOD, KEY_BLOCK)[0] if self.aligned and len(tree) else tree
+        return self._align(tree, p)[0] if self.aligned and len(tree) else tree
+
+    def _align(self, tree: CandidateTree, p: int) -> tuple[CandidateTree, list[int]]:
+        return align_tree(tree, p, self.layout.period, self.layout.block, self.layout.pairs)
 
     def new_cache(self, slots: int = 1) -> KVCache:
         """A cache of `slots` sequences for this runner: keys aligned (engine/kvcache.py) when passes are
@@ -99,7 +103,7 @@ class StepRunner:
         offsets: list[list[int] | None] = [None] * len(items)
         if self.aligned:  # each node's key where the kernels reduce it as in autoregressive decoding
             for i, p in enumerate(lengths):
-                trees[i], offsets[i] = align_tree(trees[i], p, KEY_PERIOD, KEY_BLOCK)
+                trees[i], offsets[i] = self._align(trees[i], p)
 
         # 1. Build the input: [root | tree nodes | aux rows] per sequence (engine/query.py).
         queries = [build_query(it.root, p, tree, it.draft.aux, self.views, o)

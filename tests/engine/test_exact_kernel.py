@@ -90,6 +90,17 @@ def test_a_rows_products_depend_only_on_its_visible_keys(kern) -> None:
         assert torch.equal(scores, results[0][0]) and torch.equal(out, results[0][1])
 
 
+def test_the_pair_rule_binds_only_passes_off_the_kernel(kern, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The kernel's value sums add one key at a time in key order (above: masked keys between the visible
+    # ones move nothing), so aligned trees on it keep only the softmax's period and the block rule
+    # (engine/attention.py key_layout); the matmul path (float32; bfloat16 with a head size the kernel
+    # does not take, or with the kernel off) reduces keys in pairs and keeps the pair rule.
+    assert not attention.key_layout(torch.bfloat16, 64).pairs
+    assert attention.key_layout(torch.float32, 64).pairs and attention.key_layout(torch.bfloat16, 48).pairs
+    monkeypatch.setattr(exact_kernel, "_built", {"module": None, "why": "off"})
+    assert attention.key_layout(torch.bfloat16, 64).pairs
+
+
 def test_zero_weights_add_nothing(kern) -> None:
     # A value row that is never weighted (probability exactly 0) does not reach the sum, even when it
     # holds infinities; a weighted one does.

@@ -134,6 +134,17 @@ def test_a_node_that_pairs_with_its_parent_stays_right_after_it_or_is_left_out()
     assert tree.tokens == [10, 11, 14, 15] and offsets == [0, 1, 2, 18, 19]
 
 
+def test_without_the_pair_rule_a_second_child_branches_at_any_depth() -> None:
+    # pairs=False (the C++ kernel's passes, engine/attention.py key_layout): p = 10 (even) puts depth 1 at
+    # index 11, which the pair rule keeps for the root's likeliest child alone; without it the second
+    # child c=12 starts a run at the next offset congruent to its depth, 17, and its child d=13 follows at 18.
+    tree, offsets = align_tree(tree_of((10, 11), (12, 13)), 10, 16, 1024, pairs=False)
+    assert tree.tokens == [10, 11, 12, 13] and offsets == [0, 1, 2, 17, 18]
+    # the period and block rules still hold: p = 1017, the branch's key 1034 would leave the 1024 block
+    tree, offsets = align_tree(tree_of((10, 11), (12,)), 1017, 16, 1024, pairs=False)
+    assert tree.tokens == [10, 11] and offsets == [0, 1, 2]
+
+
 def test_the_likeliest_child_continues_its_parents_run() -> None:
     # Laid out depth first, likeliest child first: here c (p=0.6) is likelier than a (p=0.5), so c takes
     # offset 1 and a, the second child of the root, starts a run at 17 (p = 11: depth 1 is even, allowed).

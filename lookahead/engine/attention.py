@@ -20,11 +20,13 @@ computed again over a view of their keys gathered into position order (cached pr
 branch's nodes): the same keys at the same indices as when the branch's tokens are decoded one at a
 time, hence the same result, bit for bit.
 
-Where it builds (engine/exact_kernel.py), bfloat16 passes compute the two products with a small C++
-kernel instead of two matmuls: each score and each value sum is one fixed sequence of float operations
-over the row's own keys, so those products are exact by construction (at any row count, key count or gap),
-and a pass skips oneDNN's per-call cost (1 row, 512 keys: ~100 -> ~28 us a layer on Zen 4). The softmax
-between them is torch's in both paths. float32 and float64 passes keep the matmuls.
+Where it builds (engine/exact_kernel.py), bfloat16 passes compute the two products and the softmax with
+a small C++ kernel instead of two matmuls and torch's softmax: each score and each value sum is one fixed
+sequence of float operations over the row's own keys, and the softmax's sum is taken in fixed point
+(order-free), so a row is exact by construction at any row count, key count or gap: tree branches need
+neither key views nor aligned offsets there (`key_layout`), and a pass skips oneDNN's per-call cost (1
+row, 512 keys: ~100 -> ~28 us a layer on Zen 4). float32 and float64 passes keep the matmuls and torch's
+softmax, and with them the views and the layout rules.
 """
 
 from __future__ import annotations
@@ -70,21 +72,25 @@ KEY_BLOCK = KEY_ALIGN
 class KeyLayout:
     """Where a tree node's key may sit so that exact attention reduces it as in autoregressive decoding
     (engine/query.py align_tree): at an offset congruent to its depth modulo `period`, in the same
-    `block` as its autoregressive index, and, with `pairs`, right after its parent where the two form
-    a pair (odd index)."""
+    `block` as its autoregressive index (None: anywhere), and, with `pairs`, right after its parent
+    where the two form a pair (odd index)."""
 
     period: int = KEY_PERIOD
-    block: int = KEY_BLOCK
+    block: int | None = KEY_BLOCK  # None: no block rule
     pairs: bool = True
+
+
+GAP_FREE = KeyLayout(period=1, block=None, pairs=False)  # any offset: trees laid out as they come
 
 
 def key_layout(dtype: torch.dtype, head_dim: int) -> KeyLayout:
     """The layout rules of exact passes in `dtype` with this head size. On the C++ kernel
-    (engine/exact_kernel.cpp) a value sum adds one key at a time, in key order, and skips the keys of
-    weight 0, so a masked gap cannot move a visible key into another pair: only the softmax's 16-lane
-    sum (torch's) and the block rule remain. The matmul path (oneDNN's bfloat16 matmul reduces keys in
-    pairs) keeps the pair rule."""
-    return KeyLayout(pairs=not exact_kernel.serves(dtype, head_dim))
+    (engine/exact_kernel.cpp) no rule binds: the scores are one dot product each, the softmax's sum is
+    taken in fixed point (order-free), and a value sum adds one key at a time in key order, skipping the
+    keys of weight 0, so masked keys between a row's visible ones change nothing (GAP_FREE). The matmul
+    path keeps all three rules: torch's softmax sums in 16 lanes, oneDNN's bfloat16 matmul reduces keys
+    in pairs, `_weighted_sum` sums each chunk apart."""
+    return GAP_FREE if exact_kernel.serves(dtype, head_dim) else KeyLayout()
 
 
 def model_key_layout(model: Any) -> KeyLayout:
@@ -187,16 +193,17 @@ def exact_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: 
     scale = scaling if scaling is not None else d ** -0.5
     chunk = _chunk.get()
     if exact_kernel.serves(query.dtype, d):
-        # the C++ kernel (engine/exact_kernel.cpp): both products in a fixed order per output, the
-        # probabilities kept in float32
-        scores = _kernel_scores(query, key, attention_mask, scale).view(b, kv_heads, groups, q, -1)  # [..., K']
-        probs = torch.softmax(scores, dim=-1).view(b, kv_heads, groups * q, -1)
-        value = _pad_keys(value, scores.shape[-1])  # [B, Hkv, K', D]: zero values under the padded keys
-        out = exact_kernel.kernel().weighted(probs, value).view(b, h, q, d)
-    else:
-        scores = _matmul_scores(query, key, attention_mask, scale)  # [B, Hkv, G, Q, K]
-        probs = torch.softmax(scores, dim=-1).to(value.dtype).view(b, kv_heads, groups * q, k)
-        out = _weighted_sum(probs, value, chunk).view(b, h, q, d)  # [B, H, Q, D]
+        # the C++ kernel (engine/exact_kernel.cpp): the products and the softmax in a fixed order per
+        # output, probabilities kept in float32. A row's result depends on its own visible keys only,
+        # wherever masked keys sit between them, so tree branches need no key views.
+        scores = _kernel_scores(query, key, attention_mask, scale)  # [B, Hkv, G*Q, K'] float32
+        kern = exact_kernel.kernel()
+        probs = kern.softmax_(scores)  # in place
+        value = _pad_keys(value, probs.shape[-1])  # [B, Hkv, K', D]: zero values under the padded keys
+        return kern.weighted(probs, value).view(b, h, q, d).transpose(1, 2).contiguous(), None
+    scores = _matmul_scores(query, key, attention_mask, scale)  # [B, Hkv, G, Q, K]
+    probs = torch.softmax(scores, dim=-1).to(value.dtype).view(b, kv_heads, groups * q, k)
+    out = _weighted_sum(probs, value, chunk).view(b, h, q, d)  # [B, H, Q, D]
     plan = _plan.get()
     if plan is not None:
         _redo_in_views(out, scores, value, plan, chunk)

@@ -1,17 +1,20 @@
-// The exact attention's two products, written so that every output is one fixed sequence of float
-// operations whatever the pass's shape (engine/exact_kernel.py loads it, engine/attention.py calls it).
+// The exact attention's two products and the softmax between them, written so that every output is one
+// fixed sequence of float operations whatever the pass's shape (engine/exact_kernel.py loads it,
+// engine/attention.py calls it).
 //
 //   scores(query [B, H, Q, D], key [B, Hkv, K, D], mask [B, Q, K] float32 or none, scale)
 //       -> [B, Hkv, G*Q, K] float32, G = H / Hkv, row g*Q + i = query head Hkv*G.. + g, position i:
 //       score = (q . k) * scale + mask, where q . k is summed in 16 lanes (lane l: d = l, l + 16, ...,
 //       in order) and the lanes are then added in one fixed tree; a key whose mask is -inf gets -inf.
+//   softmax_(scores [..., K] float32) in place: per row, the maximum (order-free), exp(score - max) per
+//       key, their sum in fixed point (64-bit integers: order-free), each exp times 1 / sum.
 //   weighted(probs [B, Hkv, R, K] float32, value [B, Hkv, K, D]) -> [B, Hkv, R, D] in value's dtype:
 //       out[d] = sum over keys in order of p * v[d] (float32, one running sum per d; keys of weight 0
 //       are skipped: they would add exact zeros).
 //
 // So a row's result depends only on its own visible keys, in order: not on how many rows share the
-// pass, how many keys the pass has, or where masked keys sit between them (the softmax between the
-// two products is torch's, whose sums are the ones engine/attention.py already aligns for).
+// pass, how many keys the pass has, or where masked keys sit between them (a tree branch's ancestors
+// with other branches' keys between them come out as the same tokens decoded one at a time).
 // Measured against the two oneDNN matmuls it replaces (SmolLM2-135M heads, bf16, 2 Zen 4 threads):
 // 1 query row over 512 keys 100 -> 28 us a layer, 8 rows 146 -> 90.
 //
@@ -27,6 +30,14 @@
 typedef float v16 __attribute__((vector_size(64)));
 typedef uint16_t u16x16 __attribute__((vector_size(32)));
 typedef uint32_t u32x16 __attribute__((vector_size(64)));
+typedef int32_t i32x16 __attribute__((vector_size(64)));
+typedef int64_t i64x8 __attribute__((vector_size(64)));
+
+static inline bool all_set(i32x16 m) {  // every lane of a comparison true
+  bool all = true;
+  for (int l = 0; l < 16; ++l) all = all && m[l];
+  return all;
+}
 
 static inline v16 load16(const at::BFloat16* p) {  // bfloat16 -> float32 is exact: the bits shifted up
   u16x16 h;
@@ -79,7 +90,7 @@ static void scores_impl(const at::Tensor& q, const at::Tensor& k, const at::Tens
   const float* mp = masked ? mask.data_ptr<float>() : nullptr;
   const int64_t ms0 = masked ? mask.stride(0) : 0, ms1 = masked ? mask.stride(1) : 0;
   float* op = out.data_ptr<float>();
-  const float ninf = -std::numeric_limits<float>::infinity();
+  const v16 ninf16 = v16{} - std::numeric_limits<float>::infinity();
   at::parallel_for(0, B * Hkv * blocks, 4, [&](int64_t lo, int64_t hi) {
     std::vector<v16> qv(R * C), kb(16 * C);
     int64_t loaded = -1;
@@ -97,13 +108,11 @@ static void scores_impl(const at::Tensor& q, const at::Tensor& k, const at::Tens
       for (int64_t r = 0; r < R; ++r) {
         const float* m = masked ? mp + b * ms0 + (r % Q) * ms1 + j0 : nullptr;
         float* o = op + (bh * R + r) * K + j0;
-        if (m) {  // a block this row cannot see: no products
-          bool hidden = true;
-          for (int l = 0; l < 16; ++l) hidden = hidden && m[l] == ninf;
-          if (hidden) {
-            for (int l = 0; l < 16; ++l) o[l] = ninf;
-            continue;
-          }
+        const v16 mv = m ? load16(m) : v16{};
+        const i32x16 hidden = mv == ninf16;  // the keys this row cannot see
+        if (m && all_set(hidden)) {  // a block this row cannot see: no products
+          std::memcpy(o, &ninf16, sizeof ninf16);
+          continue;
         }
         if (!converted) {
           for (int j = 0; j < 16; ++j)
@@ -122,7 +131,8 @@ static void scores_impl(const at::Tensor& q, const at::Tensor& k, const at::Tens
         for (int j = 0; j < 4; ++j) f4[j] = fold(f8[j], f8[j + 4], 4);
         for (int j = 0; j < 2; ++j) f2[j] = fold(f4[j], f4[j + 2], 2);
         const v16 dots = fold(f2[0], f2[1], 1);  // lane j: key j0 + j
-        for (int l = 0; l < 16; ++l) o[l] = m && m[l] == ninf ? ninf : dots[l] * scale + (m ? m[l] : 0.f);
+        const v16 scored = hidden ? ninf16 : dots * scale + mv;
+        std::memcpy(o, &scored, sizeof scored);
       }
     }
   });
@@ -175,6 +185,88 @@ static void weighted_impl(const at::Tensor& p, const at::Tensor& v, at::Tensor& 
         for (int64_t r = 0; r < n; ++r) weighted_rows<T, C, 1>(prow + r * K, K, vh, vs[2], orow + r * D, D);
     }
   });
+}
+
+// exp(x) for 16 lanes, one fixed sequence of float operations per lane: x = n ln2 + r (|r| <= ln2 / 2,
+// ln2 in two parts), exp(r) by a degree-6 polynomial (Cephes' expf coefficients, ~1 ulp), times 2^n
+// built in the exponent bits. Below -87.33 (where float32's normal range ends) the result is 0, -inf
+// included: a masked key weighs exactly 0.
+static inline v16 exp16(v16 x) {
+  const v16 lo = v16{} - 87.33654f, hi = v16{} + 88.37626f;
+  const i32x16 under = x < lo;
+  x = x > hi ? hi : x;
+  x = x < lo ? lo : x;
+  const v16 t = x * 1.44269504088896341f;
+  const i32x16 n = __builtin_convertvector(t + (t >= 0 ? v16{} + 0.5f : v16{} - 0.5f), i32x16);  // round half away
+  const v16 nf = __builtin_convertvector(n, v16);
+  v16 r = x - nf * 0.693359375f;
+  r = r - nf * -2.12194440e-4f;
+  v16 p = v16{} + 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  const u32x16 scale = (u32x16)((n + 127) << 23);
+  v16 f;
+  std::memcpy(&f, &scale, sizeof f);
+  const v16 out = p * f;
+  return under ? v16{} : out;
+}
+
+// Each row of s [rows, K] (float32, K a multiple of 16) becomes its softmax, in place. The maximum is
+// order-free; the exponentials are per key; their sum is taken in fixed point (each term truncated to a
+// multiple of 2^-40, added as 64-bit integers, whose sum does not depend on the order), so a row's
+// probabilities depend only on its own keys' scores: not on how many keys the pass has or where masked
+// ones sit between them. A row whose keys are all masked gets zeros.
+static void softmax_rows(float* s, int64_t rows, int64_t K) {
+  at::parallel_for(0, rows, 8, [&](int64_t lo, int64_t hi) {
+    const float ninf = -std::numeric_limits<float>::infinity();
+    const v16 ninf16 = v16{} + ninf;
+    for (int64_t r = lo; r < hi; ++r) {
+      float* row = s + r * K;
+      v16 m = v16{} + ninf;
+      for (int64_t j = 0; j < K; j += 16) {
+        const v16 x = load16(row + j);
+        m = x > m ? x : m;
+      }
+      float top = ninf;
+      for (int l = 0; l < 16; ++l) top = m[l] > top ? m[l] : top;
+      if (top == ninf) {
+        std::memset(row, 0, K * sizeof(float));
+        continue;
+      }
+      i64x8 acc_lo = i64x8{}, acc_hi = i64x8{};
+      for (int64_t j = 0; j < K; j += 16) {
+        const v16 x = load16(row + j);
+        if (all_set(x == ninf16)) {  // 16 masked keys: weights 0, nothing to add
+          std::memset(row + j, 0, sizeof x);
+          continue;
+        }
+        const v16 e = exp16(x - top);
+        std::memcpy(row + j, &e, sizeof e);
+        const v16 scaled = e * 1099511627776.0f;  // 2^40: exact
+        acc_lo += __builtin_convertvector(__builtin_shufflevector(scaled, scaled, 0, 1, 2, 3, 4, 5, 6, 7), i64x8);
+        acc_hi += __builtin_convertvector(__builtin_shufflevector(scaled, scaled, 8, 9, 10, 11, 12, 13, 14, 15), i64x8);
+      }
+      const i64x8 acc = acc_lo + acc_hi;
+      int64_t total = 0;
+      for (int l = 0; l < 8; ++l) total += acc[l];
+      const float inv = 1.0f / (static_cast<float>(total) * 9.094947017729282e-13f);  // 2^-40
+      for (int64_t j = 0; j < K; j += 16) {
+        const v16 p = load16(row + j) * inv;
+        std::memcpy(row + j, &p, sizeof p);
+      }
+    }
+  });
+}
+
+at::Tensor softmax_(at::Tensor& s) {
+  TORCH_CHECK(s.scalar_type() == at::kFloat && s.is_contiguous() && s.dim() >= 1 && s.size(-1) % 16 == 0,
+              "scores: contiguous float32 with a multiple of 16 keys");
+  softmax_rows(s.data_ptr<float>(), s.numel() / std::max<int64_t>(s.size(-1), 1), s.size(-1));
+  return s;
 }
 
 static void check_head(const at::Tensor& t, const char* name) {
@@ -241,6 +333,7 @@ at::Tensor tiled_linear(const at::Tensor& x, const at::Tensor& tiled, const c10:
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("scores", &scores, "scaled, masked q.k for every row and key (see the file's header)");
+  m.def("softmax_", &softmax_, "each row's softmax in place, its sum in fixed point (see softmax_rows)");
   m.def("weighted", &weighted, "probability-weighted value sums, keys in order (see the file's header)");
   m.def("prefill_supported", &prefill_supported, "was causal_prefill built (AVX-512 BF16)?");
   m.def("causal_prefill", &causal_prefill, "a prompt's causal attention over its own keys (prefill_kernel.cpp)",

@@ -89,7 +89,7 @@ def build_query(root: int, p: int, tree: CandidateTree, aux: AuxBranch | None, v
     return StepQuery(tokens, positions, local, torch.cat(keep), t, branch_views(tree) if views else (), placed)
 
 
-def align_tree(tree: CandidateTree, p: int, period: int, block: int, pairs: bool = True) -> tuple[CandidateTree, list[int]]:
+def align_tree(tree: CandidateTree, p: int, period: int, block: int | None, pairs: bool = True) -> tuple[CandidateTree, list[int]]:
     """Cache offsets for the root (0) and the nodes of `tree` (root at position p) such that every node's
     key is reduced exactly as in autoregressive decoding, where its key index would be p + depth
     (engine/attention.py KeyLayout gives the rules of a model's passes):
@@ -98,7 +98,8 @@ def align_tree(tree: CandidateTree, p: int, period: int, block: int, pairs: bool
       reduce keys in pairs), so it must sit right after its parent: only one child per such parent can,
       the likeliest (the one `allocator.chain_first` puts first); the others are left out with their
       subtrees;
-    - (p + offset) // block == (p + depth) // block (engine/attention.py KEY_BLOCK), else left out.
+    - (p + offset) // block == (p + depth) // block (engine/attention.py KEY_BLOCK), else left out
+      (block None: no such rule; with period 1 and no pairs too, every node is kept, laid out gap-free).
     Nodes are laid out depth first, each node's likeliest child right after it (the same offset + 1),
     each further child at the next free offset congruent to its depth. Returns (the tree of the nodes
     kept, in that order, parents first; offsets [1 + kept], ascending)."""
@@ -120,7 +121,7 @@ def align_tree(tree: CandidateTree, p: int, period: int, block: int, pairs: bool
             offset = used + 1 + (depth - used - 1) % period  # the next free offset = depth (mod period)
         else:
             continue  # its parent's pair partner, and the slot after the parent is taken
-        if (p + offset) // block != (p + depth) // block:
+        if block is not None and (p + offset) // block != (p + depth) // block:
             continue
         used = offset
         order.append(node)

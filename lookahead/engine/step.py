@@ -17,7 +17,7 @@ import torch
 from lookahead.engine.draft import CandidateTree, Draft, StepOutcome
 from lookahead.engine.kvcache import KVCache
 from lookahead.engine.model_runner import ForwardTimer, ModelRunner, Rows
-from lookahead.engine.attention import model_key_layout
+from lookahead.engine.attention import GAP_FREE, model_key_layout
 from lookahead.engine.numerics import KEY_ALIGN, WidthProbe
 from lookahead.engine.query import align_tree, build_query, verify
 from lookahead.engine.sources import HISTORY
@@ -44,18 +44,24 @@ class StepRunner:
     bit-identical to (padded) autoregressive decoding. None: unpadded, any tree.
     `top_k`: also report the model's top-k next tokens at every computed row (StepOutcome.successors),
     for sources that recycle them; 0: none. With a floor, exact steps verify the tree's first chain
-    only, unless asked for whole trees and the probe found the way exact: over key views (`key_views`,
-    engine/attention.py) or with their keys at aligned offsets (`aligned`, engine/query.py align_tree)."""
+    only, unless asked for whole trees and the probe found the way exact: as they come where the
+    attention is gap-free (`aligned` on the C++ kernel: engine/attention.py key_layout), over key views
+    (`key_views`, engine/attention.py) or with their keys at aligned offsets (`aligned`, engine/query.py
+    align_tree)."""
 
     def __init__(self, model: Any, chooser: TokenChooser | None, numerics: WidthProbe | None = None,
                  top_k: int = 0, key_views: bool = False, aligned: bool = False) -> None:
         exact = numerics is not None and numerics.floor is not None
-        # Exact steps verify trees where the probe found branch rows computed in key views (engine/
-        # attention.py) bit-identical to the same tokens in a chain; elsewhere only the first chain.
-        self.views = bool(key_views and exact and numerics.exact_attention and numerics.tree_exact)  # type: ignore[union-attr]
-        self.aligned = bool(aligned and exact and not self.views and numerics.exact_attention and numerics.aligned_exact)  # type: ignore[union-attr]
-        self.chain_only = exact and not self.views and not self.aligned
         self.layout = model_key_layout(model)  # where aligned trees' keys may sit (engine/attention.py)
+        # Exact steps verify whole trees where the probe found it exact: laid out as they come where the
+        # attention is gap-free by construction and the probe agrees (`gap_free`, the C++ kernel), else
+        # over key views (engine/attention.py) or at aligned offsets; elsewhere only the first chain.
+        trees = bool(aligned and exact and numerics.exact_attention and numerics.aligned_exact)  # type: ignore[union-attr]
+        self.gap_free = trees and numerics.gap_invariant and self.layout == GAP_FREE  # type: ignore[union-attr]
+        self.views = bool(key_views and exact and not self.gap_free and numerics.exact_attention  # type: ignore[union-attr]
+                          and numerics.tree_exact)  # type: ignore[union-attr]
+        self.aligned = trees and not self.views and not self.gap_free
+        self.chain_only = exact and not self.views and not self.aligned and not self.gap_free
         self.model = ModelRunner(model, numerics.floor if exact else None,  # type: ignore[union-attr]
                                  exact_attention=exact and numerics.exact_attention,  # type: ignore[union-attr]
                                  batch_exact=exact and numerics.batch_exact, views=self.views,  # type: ignore[union-attr]

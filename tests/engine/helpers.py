@@ -53,6 +53,32 @@ def spy_key_views(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
+def spy_branches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that gains an entry (the tree's node count) each time a step verifies a tree with a node off
+    its first chain, however the pass lays it out (gap-free, key views or aligned offsets): tests assert
+    it is non-empty to show that branches were really verified."""
+    from lookahead.engine import step
+
+    calls: list[int] = []
+    build = step.build_query
+
+    def spy(root, p, tree, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if len(tree) > len(tree.first_chain()):
+            calls.append(len(tree))
+        return build(root, p, tree, *args, **kwargs)
+
+    monkeypatch.setattr(step, "build_query", spy)
+    return calls
+
+
+def kernel_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Exact bfloat16 passes on the matmul path (as LOOKAHEAD_EXACT_KERNEL=0 gives; load models after it):
+    torch's softmax, so branches need key views or aligned offsets there."""
+    from lookahead.engine import exact_kernel
+
+    monkeypatch.setattr(exact_kernel, "_built", {"module": None, "why": "off (a test)"})
+
+
 def spy_aligned_branches(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """A list that gains "gap" each time a pass writes keys at aligned offsets with a gap (a tree branch
     off the first chain, engine/query.py align_tree), "in order" when a pass places keys exactly where

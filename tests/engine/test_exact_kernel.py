@@ -58,7 +58,7 @@ def test_a_rows_products_depend_only_on_its_visible_keys(kern) -> None:
     # given weights, come out bit for bit the same with 1 or 9 query rows beside it, 48 or 320 keys in the
     # pass (the rest masked), and with masked keys between its visible ones (a tree branch's view of the
     # cache): every output is one fixed sequence of float operations over the row's own keys. (The softmax
-    # between the two products is torch's; engine/attention.py aligns keys for its sums.)
+    # between the two products: the tests below.)
     gen = torch.Generator().manual_seed(0)
     d, visible = 64, 37
     keys = torch.randn(1, 3, visible, d, generator=gen).to(torch.bfloat16)
@@ -90,15 +90,59 @@ def test_a_rows_products_depend_only_on_its_visible_keys(kern) -> None:
         assert torch.equal(scores, results[0][0]) and torch.equal(out, results[0][1])
 
 
-def test_the_pair_rule_binds_only_passes_off_the_kernel(kern, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The kernel's value sums add one key at a time in key order (above: masked keys between the visible
-    # ones move nothing), so aligned trees on it keep only the softmax's period and the block rule
-    # (engine/attention.py key_layout); the matmul path (float32; bfloat16 with a head size the kernel
-    # does not take, or with the kernel off) reduces keys in pairs and keeps the pair rule.
-    assert not attention.key_layout(torch.bfloat16, 64).pairs
-    assert attention.key_layout(torch.float32, 64).pairs and attention.key_layout(torch.bfloat16, 48).pairs
+def test_trees_are_gap_free_on_the_kernel_only(kern, monkeypatch: pytest.MonkeyPatch) -> None:
+    # On the kernel (scores one dot product each, the softmax's sum in fixed point, value sums one key at
+    # a time) a tree's keys may sit anywhere: engine/attention.py key_layout gives GAP_FREE. The matmul
+    # path (float32; bfloat16 with a head size the kernel does not take, or with the kernel off) keeps
+    # the period, block and pair rules.
+    assert attention.key_layout(torch.bfloat16, 64) == attention.GAP_FREE
+    assert attention.key_layout(torch.float32, 64) == attention.KeyLayout()
+    assert attention.key_layout(torch.bfloat16, 48) == attention.KeyLayout()
     monkeypatch.setattr(exact_kernel, "_built", {"module": None, "why": "off"})
-    assert attention.key_layout(torch.bfloat16, 64).pairs
+    assert attention.key_layout(torch.bfloat16, 64) == attention.KeyLayout()
+
+
+def test_the_softmax_is_a_softmax(kern) -> None:
+    # Against float64: as close as torch's float32 softmax (both round score - max in float32 first);
+    # masked keys weigh exactly 0, and a row with every key masked gets zeros (not NaN).
+    gen = torch.Generator().manual_seed(0)
+    scores = torch.randn(50, 3, 320, generator=gen) * 6
+    scores[:, :, 250:] = float("-inf")
+    scores[7, 1] = float("-inf")
+    ref = torch.softmax(scores.double(), -1).nan_to_num(0.0)
+    out = kern.softmax_(scores.clone())
+    assert out.data_ptr() != scores.data_ptr()  # (a clone: in place on its argument)
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-9)
+    assert (out[:, :, 250:] == 0).all() and (out[7, 1] == 0).all()
+    assert torch.allclose(out.double().sum(-1)[out.sum(-1) > 0], torch.ones(1, dtype=torch.float64), atol=1e-5)
+
+
+def test_a_rows_probabilities_depend_only_on_its_visible_keys(kern) -> None:
+    # The same visible scores at other indices (masked keys between them), among other key counts and
+    # beside other rows: the same probabilities, bit for bit (torch's softmax sums in 16 lanes, so there a
+    # key moved by a gap changes the row).
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(40):
+        visible = int(torch.randint(1, 300, (1,), generator=gen))
+        row = torch.randn(visible, generator=gen) * 4
+        alone = torch.full((1, -(-visible // 16) * 16), float("-inf"))
+        alone[0, :visible] = row
+        width = 16 * int(torch.randint(-(-visible // 16) + 1, 40, (1,), generator=gen))
+        at = torch.randperm(width, generator=gen)[:visible].sort().values  # visible keys, gaps between
+        among = torch.randn(3, width, generator=gen)
+        among[1] = float("-inf")
+        among[1, at] = row
+        a, b = kern.softmax_(alone)[0, :visible], kern.softmax_(among)[1]
+        hidden = torch.ones(width, dtype=torch.bool)
+        hidden[at] = False
+        assert torch.equal(a, b[at]) and (b[hidden] == 0).all()
+
+
+def test_the_softmax_refuses_what_it_cannot_take(kern) -> None:
+    with pytest.raises(RuntimeError, match="multiple of 16"):
+        kern.softmax_(torch.zeros(2, 20))
+    with pytest.raises(RuntimeError, match="float32"):
+        kern.softmax_(torch.zeros(2, 32, dtype=torch.float64))
 
 
 def test_zero_weights_add_nothing(kern) -> None:
@@ -123,8 +167,9 @@ def test_shapes_it_cannot_take_are_refused(kern) -> None:
 
 
 def test_exact_attention_runs_bfloat16_on_the_kernel(kern, monkeypatch: pytest.MonkeyPatch) -> None:
-    # In an exact pass, bfloat16 attention goes through the kernel (keys not a multiple of 16 are padded with
-    # masked zeros) and agrees with float64 attention; float32 and float64 passes keep the matmul path.
+    # In an exact pass, bfloat16 attention goes through the kernel, scores, softmax and value sums (keys not
+    # a multiple of 16 are padded with masked zeros), and agrees with float64 attention; float32 and
+    # float64 passes keep the matmul path.
     calls: list[str] = []
     real = exact_kernel.kernel
 
@@ -135,7 +180,7 @@ def test_exact_attention_runs_bfloat16_on_the_kernel(kern, monkeypatch: pytest.M
 
     monkeypatch.setattr(exact_kernel, "kernel", lambda: Counting())
     gen = torch.Generator().manual_seed(3)
-    for dtype, used in ((torch.bfloat16, ["scores", "weighted"]), (torch.float32, []), (torch.float64, [])):
+    for dtype, used in ((torch.bfloat16, ["scores", "softmax_", "weighted"]), (torch.float32, []), (torch.float64, [])):
         calls.clear()
         query = torch.randn(1, 4, 3, 16, generator=gen).to(dtype)
         key = torch.randn(1, 2, 40, 16, generator=gen).to(dtype)

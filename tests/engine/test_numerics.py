@@ -18,7 +18,8 @@ from lookahead.errors import ConfigError
 from lookahead.models.packing import pack_linears
 from lookahead.testing import ARCHS, tiny_model
 
-from .helpers import WidthDependent, model64, prompts, spy_aligned_branches, spy_key_views
+from .helpers import (WidthDependent, kernel_off, model64, prompts, spy_aligned_branches, spy_branches,
+                      spy_key_views)
 
 
 @functools.lru_cache(maxsize=None)
@@ -46,6 +47,8 @@ def _lookahead_equals_autoregressive(lm: lookahead.LoadedModel, n_prompts: int, 
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_bf16_lookahead_equals_bf16_autoregressive(arch: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # key views on the matmul path (the C++ kernel's passes need none: the tests below)
+    kernel_off(monkeypatch)
     lm = model16(arch)
     probe = width_probe(lm.model)
     assert probe.floor is not None and probe.exact_attention and probe.tree_exact, probe
@@ -55,17 +58,27 @@ def test_bf16_lookahead_equals_bf16_autoregressive(arch: str, monkeypatch: pytes
     assert views, "no step verified a branch off its first chain: the test would prove nothing of trees"
 
 
+@pytest.mark.parametrize("kernel", ["kernel", "matmuls"])
 @pytest.mark.parametrize("arch", ARCHS)
-def test_bf16_aligned_trees_equal_bf16_autoregressive(arch: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    # whole trees verified with their keys at aligned offsets (engine/query.py align_tree), greedy and
-    # seeded sampling, every draft verified as proposed (wide trees): the same tokens as autoregressive
+def test_bf16_aligned_trees_equal_bf16_autoregressive(arch: str, kernel: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # whole trees, greedy and seeded sampling, every draft verified as proposed (wide trees): the same
+    # tokens as autoregressive decoding. On the C++ kernel laid out gap-free (its attention does not see
+    # masked keys between a row's visible ones); on the matmul path with their keys at aligned offsets
+    # (engine/query.py align_tree).
+    if kernel == "matmuls":
+        kernel_off(monkeypatch)
     lm = model16(arch)
-    assert width_probe(lm.model).aligned_exact
-    branches = spy_aligned_branches(monkeypatch)
+    probe = width_probe(lm.model)
+    assert probe.aligned_exact and (kernel == "matmuls" or probe.gap_invariant), probe
+    placed, branches = spy_aligned_branches(monkeypatch), spy_branches(monkeypatch)
     accepted = _lookahead_equals_autoregressive(lm, 10, arch, adaptive=lambda i: i % 2 == 0, aligned_trees=True)
     assert accepted > 0, "no guess was accepted: the test would prove nothing"
-    assert "gap" in branches, "no pass placed a branch off its first chain: the test would prove nothing of trees"
-    assert "in order" not in branches, "a chain's keys went through indexed copies instead of one block write"
+    assert branches, "no pass verified a branch off its first chain: the test would prove nothing of trees"
+    if kernel == "kernel":
+        assert not placed, "gap-free trees went through indexed copies"
+    else:
+        assert "gap" in placed, "no pass placed a branch at an aligned offset"
+        assert "in order" not in placed, "a chain's keys went through indexed copies instead of one block write"
 
 
 def test_float64_models_probe_as_width_invariant() -> None:
@@ -316,30 +329,34 @@ def test_a_model_whose_context_is_too_short_to_probe_gets_a_clear_error() -> Non
     assert len(lookahead.generate(lm, lm.encode("ab", raw=True), max_new_tokens=2, exact=False).token_ids) == 2
 
 
-def test_default_trees_are_aligned_and_off_means_first_chains_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Defaults: key_views=False, aligned_trees=True. Where the probe found aligned trees exact, default
-    # steps verify branches at aligned offsets and never over key views; aligned_trees=False verifies
-    # each tree's first chain only: no pass places a branch at all. The tokens are the same throughout.
+@pytest.mark.parametrize("kernel", ["kernel", "matmuls"])
+def test_default_trees_are_whole_and_off_means_first_chains_only(kernel: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Defaults: key_views=False, aligned_trees=True. Where the probe found whole trees exact, default
+    # steps verify branches (gap-free on the C++ kernel, at aligned offsets on the matmul path) and never
+    # over key views; aligned_trees=False verifies each tree's first chain only: no branch at all. The
+    # tokens are the same throughout.
     from lookahead.scheduler.scheduler import SchedulerConfig
 
+    if kernel == "matmuls":
+        kernel_off(monkeypatch)
     lm = model16("llama")
     probe = width_probe(lm.model)  # probed before the spies: the probe itself runs views and placements
     assert probe.tree_exact and probe.aligned_exact
-    views = spy_key_views(monkeypatch)
-    branches = spy_aligned_branches(monkeypatch)
+    views, placed, branches = spy_key_views(monkeypatch), spy_aligned_branches(monkeypatch), spy_branches(monkeypatch)
     for text in prompts(4):
         ids = lm.encode(text, raw=True)
         ar = lookahead.generate(lm, ids, max_new_tokens=24, strategy="autoregressive")
         trees = lookahead.generate(lm, ids, max_new_tokens=24, adaptive=False)
         assert trees.token_ids == ar.token_ids
-    assert not views and "gap" in branches
+    assert not views and branches and ("gap" in placed) == (kernel == "matmuls")
     branches.clear()
+    placed.clear()
     for text in prompts(4):
         ids = lm.encode(text, raw=True)
         ar = lookahead.generate(lm, ids, max_new_tokens=24, strategy="autoregressive")
         chain = lookahead.generate(lm, ids, max_new_tokens=24, adaptive=False, aligned_trees=False)
         assert chain.token_ids == ar.token_ids
-    assert not views and "gap" not in branches
+    assert not views and not branches and "gap" not in placed
     with pytest.raises(ConfigError, match="key_views"):
         SchedulerConfig(key_views="no")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="aligned_trees"):

@@ -145,6 +145,15 @@ def test_without_the_pair_rule_a_second_child_branches_at_any_depth() -> None:
     assert tree.tokens == [10, 11] and offsets == [0, 1, 2]
 
 
+def test_gap_free_layout_keeps_every_node_in_depth_first_order() -> None:
+    # period 1, no block, no pairs (the C++ kernel's passes, engine/attention.py GAP_FREE): every node is
+    # kept, laid out depth first with no gaps: 10 -> 11 at 1, 2, then 12 -> 13 at 3, 4 (even near a block
+    # end: p = 1017 keeps the branch a 1024 block rule would drop).
+    for p in (10, 11, 1017):
+        tree, offsets = align_tree(tree_of((10, 11), (12, 13)), p, 1, None, pairs=False)
+        assert tree.tokens == [10, 11, 12, 13] and offsets == [0, 1, 2, 3, 4]
+
+
 def test_the_likeliest_child_continues_its_parents_run() -> None:
     # Laid out depth first, likeliest child first: here c (p=0.6) is likelier than a (p=0.5), so c takes
     # offset 1 and a, the second child of the root, starts a run at 17 (p = 11: depth 1 is even, allowed).

@@ -35,8 +35,9 @@ from lookahead.engine.model_runner import Rows
 from lookahead.engine.numerics import KEY_ALIGN
 from lookahead.engine.query import build_query
 
-CURVE_VERSION = 7  # 3: rounds scaled by their own mean; 4: keys padded to 256; 5: per-device key chunks;
-# 6: exact bfloat16 passes on the C++ kernel (engine/exact_kernel.py); 7: its own softmax; older: re-timed
+CURVE_VERSION = 8  # 3: rounds scaled by their own mean; 4: keys padded to 256; 5: per-device key chunks;
+# 6: exact bfloat16 passes on the C++ kernel (engine/exact_kernel.py); 7: its own softmax; 8: its scores
+# over dimension pairs (scores_kernel.cpp); older: re-timed
 DEFAULT_WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 MEASURE_CONTEXT = 256  # cached tokens under the timed passes
 VIEWS_WIDTH = 9  # rows of the timed pass with a key view (root + two chains of 5 and 3 nodes)

@@ -6,6 +6,8 @@
 //       -> [B, Hkv, G*Q, K] float32, G = H / Hkv, row g*Q + i = query head Hkv*G.. + g, position i:
 //       score = (q . k) * scale + mask, where q . k is summed in 16 lanes (lane l: d = l, l + 16, ...,
 //       in order) and the lanes are then added in one fixed tree; a key whose mask is -inf gets -inf.
+//       Bfloat16 heads of 32 or more on CPUs with AVX-512 BF16 sum q . k over dimension pairs instead
+//       (scores_kernel.cpp, 5-20% faster): one fixed sequence per key there too.
 //   softmax_(scores [..., K] float32) in place: per row, the maximum (order-free), exp(score - max) per
 //       key, their sum in fixed point (64-bit integers: order-free), each exp times 1 / sum.
 //   weighted(probs [B, Hkv, R, K] float32, value [B, Hkv, K, D]) -> [B, Hkv, R, D] in value's dtype:
@@ -275,6 +277,10 @@ static void check_head(const at::Tensor& t, const char* name) {
   TORCH_CHECK(t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kFloat, name, ": bfloat16 or float32");
 }
 
+// scores_kernel.cpp, built into this extension
+bool dp_scores_supported();
+void dp_scores(const at::Tensor& q, const at::Tensor& k, const at::Tensor& mask, float scale, at::Tensor& out);
+
 at::Tensor scores(const at::Tensor& q, const at::Tensor& k, const c10::optional<at::Tensor>& mask, double scale) {
   check_head(q, "query");
   check_head(k, "key");
@@ -292,6 +298,10 @@ at::Tensor scores(const at::Tensor& q, const at::Tensor& k, const c10::optional<
                        q.options().dtype(at::kFloat));
   const int64_t C = q.size(3) / 16;
   const bool bf16 = q.scalar_type() == at::kBFloat16;
+  if (bf16 && (C == 2 || C == 4 || C == 8 || C == 16) && dp_scores_supported()) {
+    dp_scores(q, k, m, (float)scale, out);
+    return out;
+  }
 #define LOOKAHEAD_SCORES(c)                                                   \
   if (C == c) {                                                               \
     if (bf16) scores_impl<at::BFloat16, c>(q, k, m, (float)scale, out);       \
@@ -335,6 +345,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("scores", &scores, "scaled, masked q.k for every row and key (see the file's header)");
   m.def("softmax_", &softmax_, "each row's softmax in place, its sum in fixed point (see softmax_rows)");
   m.def("weighted", &weighted, "probability-weighted value sums, keys in order (see the file's header)");
+  m.def("dp_scores_supported", &dp_scores_supported, "do bfloat16 scores sum dimension pairs (scores_kernel.cpp)?");
   m.def("prefill_supported", &prefill_supported, "was causal_prefill built (AVX-512 BF16)?");
   m.def("causal_prefill", &causal_prefill, "a prompt's causal attention over its own keys (prefill_kernel.cpp)",
         py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scale"), py::arg("window") = 0);

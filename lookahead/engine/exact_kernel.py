@@ -43,6 +43,7 @@ SOURCE = Path(__file__).with_name("exact_kernel.cpp")  # the bindings: the exten
 PREFILL_SOURCE = Path(__file__).with_name("prefill_kernel.cpp")
 LINEAR_ENV = "LOOKAHEAD_LINEAR_KERNEL"
 LINEAR_SOURCE = Path(__file__).with_name("linear_kernel.cpp")
+SCORES_SOURCE = Path(__file__).with_name("scores_kernel.cpp")
 # -march=native: the build is for this machine's vector width (the cache key includes its CPU);
 # no -ffast-math: sums must run in source order.
 FLAGS = ("-O3", "-march=native", "-fopenmp")
@@ -109,7 +110,7 @@ def _build() -> tuple[Any | None, str]:
         from torch.utils import cpp_extension
     except ImportError as err:
         return None, f"missing {err.name}"
-    sources = [SOURCE, PREFILL_SOURCE, LINEAR_SOURCE]
+    sources = [SOURCE, PREFILL_SOURCE, LINEAR_SOURCE, SCORES_SOURCE]
     tag = hashlib.sha256(b"\0".join([*(s.read_bytes() for s in sources), " ".join(FLAGS).encode(), _cpu().encode(),
                                      torch.__version__.encode()])).hexdigest()[:16]
     folder = cache_root() / "kernels" / f"exact-{tag}"

@@ -45,8 +45,8 @@ from lookahead.engine.query import align_tree, build_query
 # Bump when the engine's numerics change (cached probes of older versions are ignored). 15: exact bfloat16
 # passes on the C++ kernel (engine/exact_kernel.py); 16: floor 2 at least with a plain linear layer;
 # 17: aligned trees on the kernel without the pair rule; 18: the kernel's own softmax, trees gap-free on it
-# (engine/attention.py key_layout).
-PROBE_VERSION = 18
+# (engine/attention.py key_layout); 19: its bfloat16 scores over dimension pairs (scores_kernel.cpp).
+PROBE_VERSION = 19
 USABLE_FLOOR = 16  # a floor above this would make every step as wide as 16 rows: treated as none
 MIN_CEILING = 16  # a ceiling below this (or below max_width, if less) leaves steps too narrow: not taken
 _CONTEXTS = (40, 300, 700, 1000)  # cached context lengths the rows are probed over (passes that straddle

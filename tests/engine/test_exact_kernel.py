@@ -53,6 +53,31 @@ def test_scores_and_sums_are_attention(kern, dtype: torch.dtype, head_dim: int) 
     torch.testing.assert_close(out.double(), _reference(query, key, value, mask, scale), rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("head_dim", [16, 32, 64, 128, 256])
+@pytest.mark.parametrize("rows", [1, 2, 7])
+def test_bfloat16_scores_are_products_of_the_right_keys(kern, head_dim: int, rows: int) -> None:
+    # bfloat16 scores on a CPU with AVX-512 BF16 sum dimension pairs over 16-key blocks turned around
+    # (scores_kernel.cpp; head size 16 keeps the lane sums): every score is its own query row's product
+    # with its own key, to float32 rounding (a misplaced pair or key would be off by O(1)), whatever the
+    # rows (1, 2 and 7 positions of 3 heads a group: row groups of 4 with every remainder), with keys read
+    # through the strides of a view into a longer cache, and masked keys -inf.
+    has_bf16 = "avx512_bf16" in exact_kernel._cpu()
+    assert bool(kern.dp_scores_supported()) == has_bf16
+    gen = torch.Generator().manual_seed(head_dim + rows)
+    query = torch.randn(1, 6, rows, head_dim, generator=gen).to(torch.bfloat16)
+    cache = torch.randn(1, 2, 160, head_dim, generator=gen).to(torch.bfloat16)
+    key = cache[:, :, :112]  # a view: the cache's strides
+    mask = torch.zeros(1, rows, 112)
+    mask[:, :, 90:] = float("-inf")  # a partly hidden block, then a wholly hidden one
+    mask[:, 0, 16:32] = float("-inf")  # one row cannot see a whole block
+    scores = kern.scores(query, key, mask, 0.5)
+    ref = (query.double().view(1, 2, 3 * rows, head_dim) @ key.double().transpose(-1, -2)) * 0.5
+    ref = ref + mask.double().repeat(1, 3, 1)[:, None]
+    assert torch.equal(torch.isinf(scores), torch.isinf(ref))
+    seen = torch.isfinite(ref)
+    assert (scores.double() - ref)[seen].abs().max() <= 1e-6 * ref[seen].abs().max() * head_dim ** 0.5
+
+
 def test_a_rows_products_depend_only_on_its_visible_keys(kern) -> None:
     # One row (position 0 of each query head in a group) sees 37 keys. Its scores, and its value sum for
     # given weights, come out bit for bit the same with 1 or 9 query rows beside it, 48 or 320 keys in the

@@ -77,10 +77,16 @@ static inline v16 fold(v16 a, v16 b, int s) {
   return lo + hi;
 }
 
+// scores' mask [B, Q, >=K] float32 as both kernels read it: data (null: no mask) and its first two strides.
+struct ScoresMask {
+  const float* p;
+  int64_t s0, s1;
+};
+
 // C = D / 16 lane vectors per head vector. Tasks: (batch, kv head, block of 16 keys); each converts its
 // keys once and scores every row of the head against them.
 template <typename T, int C>
-static void scores_impl(const at::Tensor& q, const at::Tensor& k, const at::Tensor& mask, float scale,
+static void scores_impl(const at::Tensor& q, const at::Tensor& k, const ScoresMask& mask, float scale,
                         at::Tensor& out) {
   const int64_t B = q.size(0), H = q.size(1), Q = q.size(2), Hkv = k.size(1), K = k.size(2);
   const int64_t G = H / Hkv, R = G * Q, blocks = K / 16;
@@ -88,9 +94,9 @@ static void scores_impl(const at::Tensor& q, const at::Tensor& k, const at::Tens
   const T* kp = k.data_ptr<T>();
   const auto qs = q.strides();
   const auto ks = k.strides();
-  const bool masked = mask.defined();
-  const float* mp = masked ? mask.data_ptr<float>() : nullptr;
-  const int64_t ms0 = masked ? mask.stride(0) : 0, ms1 = masked ? mask.stride(1) : 0;
+  const bool masked = mask.p != nullptr;
+  const float* mp = mask.p;
+  const int64_t ms0 = mask.s0, ms1 = mask.s1;
   float* op = out.data_ptr<float>();
   const v16 ninf16 = v16{} - std::numeric_limits<float>::infinity();
   at::parallel_for(0, B * Hkv * blocks, 4, [&](int64_t lo, int64_t hi) {
@@ -279,7 +285,8 @@ static void check_head(const at::Tensor& t, const char* name) {
 
 // scores_kernel.cpp, built into this extension
 bool dp_scores_supported();
-void dp_scores(const at::Tensor& q, const at::Tensor& k, const at::Tensor& mask, float scale, at::Tensor& out);
+void dp_scores(const at::Tensor& q, const at::Tensor& k, const float* mask, int64_t ms0, int64_t ms1, float scale,
+               at::Tensor& out);
 
 at::Tensor scores(const at::Tensor& q, const at::Tensor& k, const c10::optional<at::Tensor>& mask, double scale) {
   check_head(q, "query");
@@ -298,14 +305,16 @@ at::Tensor scores(const at::Tensor& q, const at::Tensor& k, const c10::optional<
                        q.options().dtype(at::kFloat));
   const int64_t C = q.size(3) / 16;
   const bool bf16 = q.scalar_type() == at::kBFloat16;
+  const ScoresMask sm{m.defined() ? m.data_ptr<float>() : nullptr, m.defined() ? m.stride(0) : 0,
+                      m.defined() ? m.stride(1) : 0};
   if (bf16 && (C == 2 || C == 4 || C == 8 || C == 16) && dp_scores_supported()) {
-    dp_scores(q, k, m, (float)scale, out);
+    dp_scores(q, k, sm.p, sm.s0, sm.s1, (float)scale, out);
     return out;
   }
 #define LOOKAHEAD_SCORES(c)                                                   \
   if (C == c) {                                                               \
-    if (bf16) scores_impl<at::BFloat16, c>(q, k, m, (float)scale, out);       \
-    else scores_impl<float, c>(q, k, m, (float)scale, out);                   \
+    if (bf16) scores_impl<at::BFloat16, c>(q, k, sm, (float)scale, out);      \
+    else scores_impl<float, c>(q, k, sm, (float)scale, out);                  \
   }
   LOOKAHEAD_SCORES(1) LOOKAHEAD_SCORES(2) LOOKAHEAD_SCORES(4) LOOKAHEAD_SCORES(8) LOOKAHEAD_SCORES(16)
 #undef LOOKAHEAD_SCORES

@@ -1,8 +1,9 @@
 // The exact kernel's scores for bfloat16 on CPUs with AVX-512 BF16 (engine/exact_kernel.py builds it
 // into the same extension as exact_kernel.cpp, whose `scores` calls it where it was built).
 //
-//   dp_scores(query [B, H, Q, D], key [B, Hkv, K, D] bfloat16, mask [B, Q, K] float32 or undefined,
-//             scale, out [B, Hkv, G*Q, K] float32), D = 32, 64, 128 or 256, K a multiple of 16:
+//   dp_scores(query [B, H, Q, D], key [B, Hkv, K, D] bfloat16, mask [B, Q, K] float32 or none (its
+//             data and first two strides), scale, out [B, Hkv, G*Q, K] float32),
+//             D = 32, 64, 128 or 256, K a multiple of 16:
 //       out = (q . k) * scale + mask, where q . k is summed over the D / 2 dimension pairs in four
 //       partial sums (pair p goes to sum p mod 4, pairs in order, each pair added as vdpbf16ps adds it:
 //       bfloat16 products, exact in float32, into a float32 sum), then (s0 + s1) + (s2 + s3); a key
@@ -74,16 +75,14 @@ static inline void dots(const uint32_t* const* qp, const __m512i* kt, int64_t P,
     out[r] = _mm512_add_ps(_mm512_add_ps(s[r][0], s[r][1]), _mm512_add_ps(s[r][2], s[r][3]));
 }
 
-static void dp_impl(const at::Tensor& q, const at::Tensor& k, const at::Tensor& mask, float scale, at::Tensor& out) {
+static void dp_impl(const at::Tensor& q, const at::Tensor& k, const float* mp, int64_t ms0, int64_t ms1, float scale,
+                    at::Tensor& out) {
   const int64_t B = q.size(0), H = q.size(1), Q = q.size(2), D = q.size(3), Hkv = k.size(1), K = k.size(2);
   const int64_t G = H / Hkv, R = G * Q, blocks = K / 16, P = D / 2;
   const uint16_t* qd = reinterpret_cast<const uint16_t*>(q.data_ptr<at::BFloat16>());
   const uint16_t* kd = reinterpret_cast<const uint16_t*>(k.data_ptr<at::BFloat16>());
-  const auto qs = q.strides();
-  const auto ks = k.strides();
-  const bool masked = mask.defined();
-  const float* mp = masked ? mask.data_ptr<float>() : nullptr;
-  const int64_t ms0 = masked ? mask.stride(0) : 0, ms1 = masked ? mask.stride(1) : 0;
+  const auto qs = q.strides(), ks = k.strides();
+  const bool masked = mp != nullptr;
   float* op = out.data_ptr<float>();
   const __m512 minf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   at::parallel_for(0, B * Hkv * blocks, 4, [&](int64_t lo, int64_t hi) {
@@ -139,10 +138,11 @@ bool dp_scores_supported() {
 }
 
 // Called by exact_kernel.cpp's `scores` with checked shapes (bfloat16, head size 32 .. 256) where
-// dp_scores_supported().
-void dp_scores(const at::Tensor& q, const at::Tensor& k, const at::Tensor& mask, float scale, at::Tensor& out) {
+// dp_scores_supported(); the mask as data (null: none) and its first two strides.
+void dp_scores(const at::Tensor& q, const at::Tensor& k, const float* mask, int64_t ms0, int64_t ms1, float scale,
+               at::Tensor& out) {
 #ifdef LOOKAHEAD_DP_SCORES
-  dp_impl(q, k, mask, scale, out);
+  dp_impl(q, k, mask, ms0, ms1, scale, out);
 #else
   TORCH_CHECK(false, "dp_scores: built without AVX-512 BF16");
 #endif

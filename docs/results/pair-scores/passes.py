@@ -7,11 +7,10 @@ round); medians of ROUNDS calls each.
 
     python docs/results/pair-scores/passes.py CONTEXT [ROWS,ROWS,..] [ROUNDS] [OLD_COMMIT]
 """
-import statistics, subprocess, sys, tempfile, time
-from pathlib import Path
+import statistics, sys, time
 
+import old_build
 import torch
-from torch.utils import cpp_extension
 
 import lookahead
 from lookahead.config import GenerationConfig
@@ -27,14 +26,7 @@ context = int(sys.argv[1])
 widths = [int(x) for x in sys.argv[2].split(",")] if len(sys.argv) > 2 else [1, 4, 8, 12]
 rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 100
 old = sys.argv[4] if len(sys.argv) > 4 else "6d20276"
-folder = Path(tempfile.mkdtemp())
-names = ("exact_kernel.cpp", "prefill_kernel.cpp", "linear_kernel.cpp")
-for name in names:
-    (folder / name).write_bytes(subprocess.run(["git", "show", f"{old}:lookahead/engine/{name}"],
-                                               capture_output=True, check=True).stdout)
-old_module = cpp_extension.load(name="lookahead_exact_ab_old", sources=[str(folder / n) for n in names],
-                                extra_cflags=list(exact_kernel.FLAGS), extra_ldflags=["-fopenmp"],
-                                build_directory=str(folder), verbose=False)
+old_module = old_build.build(old)
 M = lookahead.load("smollm2-135m-instruct", dtype="bfloat16")
 new = exact_kernel.kernel()
 

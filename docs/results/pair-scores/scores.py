@@ -5,26 +5,17 @@ scores_kernel.cpp), calls alternating, over KEYS keys read through a longer cach
 
     python docs/results/pair-scores/scores.py KEYS [OLD_COMMIT]
 """
-import statistics, subprocess, sys, tempfile, time
-from pathlib import Path
+import statistics, sys, time
 
+import old_build
 import torch
-from torch.utils import cpp_extension
 
 from lookahead.engine import exact_kernel
 
 torch.set_num_threads(2)
 keys = int(sys.argv[1])
 old = sys.argv[2] if len(sys.argv) > 2 else "6d20276"
-folder = Path(tempfile.mkdtemp())
-names = ("exact_kernel.cpp", "prefill_kernel.cpp", "linear_kernel.cpp")
-for name in names:
-    (folder / name).write_bytes(subprocess.run(["git", "show", f"{old}:lookahead/engine/{name}"],
-                                               capture_output=True, check=True).stdout)
-arms = {"A": cpp_extension.load(name="lookahead_exact_ab_old", sources=[str(folder / n) for n in names],
-                                extra_cflags=list(exact_kernel.FLAGS), extra_ldflags=["-fopenmp"],
-                                build_directory=str(folder), verbose=False),
-        "B": exact_kernel.kernel()}
+arms = {"A": old_build.build(old), "B": exact_kernel.kernel()}
 gen = torch.Generator().manual_seed(0)
 cache = torch.randn(1, 3, keys + 256, 64, generator=gen).to(torch.bfloat16)
 print(f"us a layer, {keys} keys (A: scores at {old}, B: pair sums)")

@@ -7,7 +7,7 @@
 //       score = (q . k) * scale + mask, where q . k is summed in 16 lanes (lane l: d = l, l + 16, ...,
 //       in order) and the lanes are then added in one fixed tree; a key whose mask is -inf gets -inf.
 //       Bfloat16 heads of 32 or more on CPUs with AVX-512 BF16 sum q . k over dimension pairs instead
-//       (scores_kernel.cpp, 5-20% faster): one fixed sequence per key there too.
+//       (scores_kernel.cpp, 5-21% faster): one fixed sequence per key there too.
 //   softmax_(scores [..., K] float32) in place: per row, the maximum (order-free), exp(score - max) per
 //       key, their sum in fixed point (64-bit integers: order-free), each exp times 1 / sum.
 //   weighted(probs [B, Hkv, R, K] float32, value [B, Hkv, K, D]) -> [B, Hkv, R, D] in value's dtype:

@@ -86,7 +86,7 @@ static void dp_impl(const at::Tensor& q, const at::Tensor& k, const float* mp, i
   float* op = out.data_ptr<float>();
   const __m512 minf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   at::parallel_for(0, B * Hkv * blocks, 4, [&](int64_t lo, int64_t hi) {
-    std::vector<__m512i> kt(P), raw(P);
+    __m512i kt[128], raw[128];  // P <= 128 (head size 256): on the stack, no allocation a call
     std::vector<int64_t> rows(R);
     std::vector<__mmask16> hidden(R);  // [row]: the keys of this block it cannot see
     const uint32_t* qrow[4];
@@ -103,7 +103,7 @@ static void dp_impl(const at::Tensor& q, const at::Tensor& k, const float* mp, i
       for (int j = 0; j < 16; ++j)  // the block's keys in memory order (each key's pairs, then the next key's)
         for (int64_t t = 0; t < P / 16; ++t) raw[t * 16 + j] = _mm512_loadu_si512(kh + j * ks[2] + 32 * t);
       for (int64_t t = 0; t < P / 16; ++t)  // turned around, 16 pairs at a time
-        transpose16(raw.data() + t * 16, kt.data() + 16 * t);
+        transpose16(raw + t * 16, kt + 16 * t);
       for (int64_t v = 0; v < visible; v += 4) {
         const int n = (int)std::min<int64_t>(4, visible - v);
         __m512 d[4];
@@ -111,10 +111,10 @@ static void dp_impl(const at::Tensor& q, const at::Tensor& k, const float* mp, i
           const int64_t r = rows[v + x];
           qrow[x] = reinterpret_cast<const uint32_t*>(qd + b * qs[0] + (h * G + r / Q) * qs[1] + (r % Q) * qs[2]);
         }
-        if (n == 4) dots<4>(qrow, kt.data(), P, d);
-        else if (n == 3) dots<3>(qrow, kt.data(), P, d);
-        else if (n == 2) dots<2>(qrow, kt.data(), P, d);
-        else dots<1>(qrow, kt.data(), P, d);
+        if (n == 4) dots<4>(qrow, kt, P, d);
+        else if (n == 3) dots<3>(qrow, kt, P, d);
+        else if (n == 2) dots<2>(qrow, kt, P, d);
+        else dots<1>(qrow, kt, P, d);
         for (int x = 0; x < n; ++x) {
           const int64_t r = rows[v + x];
           float* o = op + (bh * R + r) * K + j0;

@@ -29,7 +29,8 @@ it with one cost curve for many requests' trees.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from typing import NamedTuple
 
 from lookahead.engine.draft import CandidateTree
 
@@ -96,15 +97,20 @@ def allocate_batch(requests: Sequence[Candidates], cost: Callable[[int], float],
     # Past the widest any request can fill, a width adds no expected tokens and costs no less (c(w) is
     # already the cheapest width >= w), so it never wins: price only the widths up to there.
     most = max(least, min(most, max(1 + len(r.tree) + r.aux_rows for r in requests)))
-    chains = [_best_within(r, most, branches=False) for r in requests]  # [B][w] -> Allocation (one path)
-    # any subtree where branches are free; two chains (one key view each) where they are not
-    trees = chains if all(r.chain_only for r in requests) else \
-        [_best_within(r, most, branches=True, two_chains=views_cost is not None) for r in requests]
+    if all(r.chain_only for r in requests):
+        kinds = [[_best_within(r, most, branches=False) for r in requests]]  # [kind][B][w]: one path each
+    elif views_cost is None:
+        # Branches cost what a chain of their width costs, and the best subtree of each size holds at least
+        # the expected tokens of any path of that size: the subtrees alone decide.
+        kinds = [[_best_within(r, most, branches=True) for r in requests]]
+    else:  # one path each at the plain cost, or two chains (one key view each) at the views cost
+        kinds = [[_best_within(r, most, branches=False) for r in requests],
+                 [_best_within(r, most, branches=True, two_chains=True) for r in requests]]
     plain = {w: cost(b * w) for w in range(least, most + 1)}  # each width priced once per step
     viewed: dict[int, float] = {}
-    best_w, best_rate, best_kind = least, -1.0, chains
+    best_w, best_rate, best_kind = least, -1.0, kinds[0]
     for w in range(least, most + 1):
-        for kind in (chains,) if trees is chains else (chains, trees):
+        for kind in kinds:
             options = [per_width[w] for per_width in kind]
             price = plain[w]
             if views_cost is not None and any(o.branches for o in options):
@@ -116,48 +122,72 @@ def allocate_batch(requests: Sequence[Candidates], cost: Callable[[int], float],
                 best_w, best_rate, best_kind = w, rate, kind
     options = [per_width[best_w] for per_width in best_kind]
     shared = viewed[best_w] if views_cost is not None and any(o.branches for o in options) else plain[best_w]
-    return [replace(o, cost=shared) for o in options]
+    return [o.build(shared) for o in options]
 
 
-def _best_within(request: Candidates, most: int, branches: bool, two_chains: bool = False) -> list[Allocation]:
+class _Option(NamedTuple):
+    """A request's best allocation within some width, before it is built: the first k nodes of `order`
+    (the allocator compares many and builds one per request)."""
+
+    expected: float
+    order: Sequence[int]
+    k: int
+    aux: bool
+    width: int
+    branches: bool
+
+    def build(self, cost: float) -> Allocation:
+        return Allocation(tuple(self.order[: self.k]), self.aux, self.width, self.expected, cost, self.branches)
+
+
+_NOTHING = _Option(1.0, (), 0, False, 1, False)
+
+
+def _best_within(request: Candidates, most: int, branches: bool, two_chains: bool = False) -> list[_Option]:
     """For each width w = 0 .. most: the allocation of `request` with the most expected tokens using at
     most w rows (index 0 unused), over one root-to-leaf path, or (`branches`, unless the request is
     chain_only) over any subtree (`two_chains`: of at most two leaves). A fixed request has one
     allocation: everything, at its own width."""
-    tree, probs = request.tree, request.probs
+    tree, probs, depths = request.tree, request.probs, request.tree.depths
     cap = max(1, min(most, request.max_width))
     if request.fixed is not None:
-        whole = Allocation(tuple(range(len(tree))), request.aux_rows > 0, request.fixed,
-                           1.0 + sum(probs) + request.aux_value, 1.0, _branched(tree, range(len(tree))))
+        everything = range(len(tree))
+        whole = _Option(1.0 + sum(probs) + request.aux_value, everything, len(tree), request.aux_rows > 0,
+                        request.fixed, _branched(tree, everything))
         return [whole] * (most + 1)
-    best: list[Allocation | None] = [None] * (cap + 1)
+    best: list[_Option | None] = [None] * (cap + 1)
     choices = [False, True] if request.aux_rows > 0 and 1 + request.aux_rows <= cap else [False]
-    orders = _paths(tree)
-    if branches and not request.chain_only:  # the k likeliest nodes: the best k-node subtree, for every k
-        likeliest = sorted(range(len(tree)), key=lambda i: (-probs[i], tree.depths[i], i))
-        orders.insert(0, _two_chains(tree, likeliest) if two_chains else likeliest)
+    if branches and not request.chain_only:
+        # The k likeliest nodes are the best k-node subtree, for every k (a node is never likelier than its
+        # parent, and ties go shallow-first, so parents come first): no path can hold more. Kept to two
+        # chains, paths may (the greedy two-chain order is not proven best), so they compete too.
+        likeliest = sorted(range(len(tree)), key=lambda i: (-probs[i], depths[i], i))
+        orders = [_two_chains(tree, likeliest)] + _paths(tree) if two_chains else [likeliest]
+    else:
+        orders = _paths(tree)
     for aux in choices:
         fixed = 1 + (request.aux_rows if aux else 0)  # the root and the aux rows
         gained = 1.0 + (request.aux_value if aux else 0.0)
         for order in orders:
             total = gained
-            per_depth: dict[int, int] = {}  # nodes chosen per depth: a chain has at most one at each
+            depths_seen: set[int] = set()  # a chain has at most one node at each depth
             branched = False
             for k in range(0, min(len(order), cap - fixed) + 1):
                 if k:
                     node = order[k - 1]
                     total += probs[node]
-                    per_depth[tree.depths[node]] = per_depth.get(tree.depths[node], 0) + 1
-                    branched = branched or per_depth[tree.depths[node]] > 1
+                    branched = branched or depths[node] in depths_seen
+                    depths_seen.add(depths[node])
                 w = fixed + k
-                if best[w] is None or total > best[w].expected + 1e-12:  # type: ignore[union-attr]
-                    best[w] = Allocation(tuple(order[:k]), aux, w, total, 1.0, branched)
-    out: list[Allocation] = []
+                here = best[w]
+                if here is None or total > here.expected + 1e-12:
+                    best[w] = _Option(total, order, k, aux, w, branched)
+    out: list[_Option] = []
     for w in range(cap + 1):  # within w rows: the best of every narrower width too
         here = best[w]
         if out and (here is None or out[-1].expected >= here.expected - 1e-12):
             here = out[-1]
-        out.append(here if here is not None else Allocation((), False, 1, 1.0, 1.0))
+        out.append(here if here is not None else _NOTHING)
     return out + [out[-1]] * (most - cap)  # wider than its own cap: the same allocation, padded
 
 

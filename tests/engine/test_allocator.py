@@ -77,24 +77,76 @@ def test_chain_only_verifies_one_path_its_best_prefix() -> None:
     assert allocate(tree, tree.probs, CPU, chain_only=True).nodes == (0, 1)
 
 
+def _random_tree(rng: random.Random) -> CandidateTree:
+    """Up to 6 continuations of 1-5 tokens over a 4-token vocabulary (so they share prefixes), each
+    token's path probability its parent's times a uniform draw."""
+    tree = CandidateTree()
+    for _ in range(rng.randint(1, 6)):
+        n = rng.randint(1, 5)
+        tokens = tuple(rng.randint(0, 3) for _ in range(n))
+        probs, p = [], 1.0
+        for _ in range(n):
+            p *= rng.random()
+            probs.append(p)
+        tree.add(tokens, "s", probs)
+    return tree
+
+
+def _subtrees(tree: CandidateTree) -> list[tuple[int, ...]]:
+    """Every set of nodes closed under parents (the root alone included), by brute force."""
+    out = []
+    for mask in range(1 << len(tree)):
+        nodes = tuple(i for i in range(len(tree)) if mask >> i & 1)
+        if all(tree.parents[i] < 0 or mask >> tree.parents[i] & 1 for i in nodes):
+            out.append(nodes)
+    return out
+
+
+def _is_chain(tree: CandidateTree, nodes: tuple[int, ...]) -> bool:
+    depths = [tree.depths[i] for i in nodes]
+    return len(set(depths)) == len(depths)
+
+
 def test_parents_always_come_before_their_children() -> None:
     rng = random.Random(0)
     for _ in range(200):
-        tree = CandidateTree()
-        for _ in range(rng.randint(1, 6)):
-            n = rng.randint(1, 5)
-            tokens = tuple(rng.randint(0, 3) for _ in range(n))
-            probs, p = [], 1.0
-            for _ in range(n):
-                p *= rng.random()
-                probs.append(p)
-            tree.add(tokens, "s", probs)
+        tree = _random_tree(rng)
         plan = allocate(tree, tree.probs, CPU)
         chosen: set[int] = set()
         for node in plan.nodes:
             assert tree.parents[node] == -1 or tree.parents[node] in chosen
             chosen.add(node)
         tree.subtree(plan.nodes)  # builds: every parent present
+
+
+def test_the_allocation_is_the_best_of_every_subtree_by_brute_force() -> None:
+    # The slow, obvious reference: price every parent-closed node set (every chain, with chain_only) with
+    # and without the aux branch, within max_width rows, and keep the most expected tokens per unit cost.
+    # The allocator must reach that rate (ties may pick another set of the same worth).
+    rng = random.Random(7)
+    curves = [CPU, CostCurve({1: 1.0, 3: 0.9, 4: 1.1, 8: 1.15, 9: 1.5, 16: 1.8}), CostCurve.flat()]
+    for case in range(300):
+        tree = _random_tree(rng)
+        if len(tree) > 12:
+            continue
+        curve, chain_only = curves[case % 3], case % 2 == 1
+        max_width = rng.randint(1, 10)
+        aux_rows, aux_value = (3, rng.random()) if case % 5 == 0 else (0, 0.0)
+        best = 0.0
+        for nodes in _subtrees(tree):
+            if chain_only and not _is_chain(tree, nodes):
+                continue
+            for aux in (False, True) if aux_rows else (False,):
+                width = 1 + len(nodes) + (aux_rows if aux else 0)
+                if width <= max_width:
+                    expected = 1.0 + sum(tree.probs[i] for i in nodes) + (aux_value if aux else 0.0)
+                    best = max(best, expected / curve(width))
+        plan = allocate(tree, tree.probs, curve, aux_rows=aux_rows, aux_value=aux_value, chain_only=chain_only,
+                        max_width=max_width)
+        assert plan.rate == pytest.approx(best, rel=1e-9), (case, plan)
+        assert plan.width <= max_width and plan.width == 1 + len(plan.nodes) + (aux_rows if plan.aux else 0)
+        assert plan.expected == pytest.approx(1.0 + sum(tree.probs[i] for i in plan.nodes) + (aux_value if plan.aux else 0.0))
+        assert not chain_only or _is_chain(tree, plan.nodes)
 
 
 def test_more_probable_guesses_never_get_fewer_rows() -> None:

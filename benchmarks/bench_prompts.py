@@ -15,6 +15,9 @@ Strategies per dtype:
   lookahead/chain          with --chain-only: lookahead whose exact steps verify each tree's first
                            chain only (aligned_trees=False; the default verifies whole trees at
                            aligned key offsets where the probe allows)
+  .../own-forward          with --own-forward: autoregressive, hf_generate's peer paths and the
+                           speculative strategies through the model's own transformers forward instead
+                           of lookahead's lean one (models/lean.py; LOOKAHEAD_LEAN_FORWARD=0); same bits
   .../plain-weights        with --plain-weights: autoregressive, hf_generate and lookahead on a second
                            copy of the model loaded with pack=False (PyTorch's own linear kernels;
                            in float32 other last bits than the packed default, models/packing.py)
@@ -40,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -54,9 +58,11 @@ from lookahead.candidates.recycling import SuccessorTable
 from lookahead.engine.calibration import Calibrator
 from lookahead.engine.numerics import width_probe
 from lookahead.models import dtypes
+from lookahead.models.lean import ENV as LEAN_ENV
 
 AR, UNPADDED, HF = "autoregressive", "autoregressive/unpadded", "hf_generate"
 PLAIN = "/plain-weights"
+OWN = "/own-forward"
 
 
 def hf_run(lm: lookahead.LoadedModel, ids: list[int], max_new: int) -> dict:
@@ -70,6 +76,15 @@ def hf_run(lm: lookahead.LoadedModel, ids: list[int], max_new: int) -> dict:
 
 
 Learned = tuple[Calibrator, SuccessorTable]
+
+
+def own_forward(fn: Callable[[], dict]) -> dict:
+    """fn() with the model's own forward (each generate call builds its runners, which read the switch)."""
+    os.environ[LEAN_ENV] = "0"
+    try:
+        return fn()
+    finally:
+        del os.environ[LEAN_ENV]
 
 
 def ours(lm: lookahead.LoadedModel, ids: list[int], max_new: int, strategy: str, exact: bool = True,
@@ -103,6 +118,8 @@ def main() -> int:
                     help="also run lookahead verifying a second chain over key views, where the probe allows")
     ap.add_argument("--chain-only", action="store_true",
                     help="also run lookahead verifying each tree's first chain only (no aligned trees)")
+    ap.add_argument("--own-forward", action="store_true",
+                    help="also run autoregressive and --strategies through the model's own forward (not the lean one)")
     ap.add_argument("--plain-weights", action="store_true",
                     help="also run autoregressive, hf_generate and lookahead on the model loaded with pack=False")
     ap.add_argument("--source-sets", default="", metavar="a+b;...",
@@ -137,6 +154,10 @@ def main() -> int:
         if args.chain_only and width_probe(lm.model).aligned_exact:
             runs[(dtype, "lookahead/chain")] = lambda ids, learned, lm=lm: ours(lm, ids, n, "lookahead",
                                                                               aligned_trees=False, learned=learned)
+        if args.own_forward:
+            for strategy in [AR] + args.strategies.split(","):
+                runs[(dtype, strategy + OWN)] = lambda ids, learned, lm=lm, s=strategy: own_forward(
+                    lambda: ours(lm, ids, n, s, learned=learned))
         if args.plain_weights:
             plain = lookahead.load(args.model, dtype=dtype, pack=False)
             runs[(dtype, AR + PLAIN)] = lambda ids, learned, lm=plain: ours(lm, ids, n, "autoregressive", learned=learned)
@@ -175,7 +196,8 @@ def main() -> int:
     for p in args.prompts:
         table[p] = {}
         for dtype in models:
-            fastest = min(ms_per_token(results[p][(dtype, s)]) for s in (AR, UNPADDED, HF, AR + PLAIN, HF + PLAIN)
+            fastest = min(ms_per_token(results[p][(dtype, s)]) for s in (AR, UNPADDED, HF, AR + PLAIN, HF + PLAIN,
+                                                                                   AR + OWN)
                           if (dtype, s) in runs)
             base = results[p][(dtype, AR)][0]["token_ids"]
             for (d, name), rows in results[p].items():

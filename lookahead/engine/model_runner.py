@@ -24,6 +24,7 @@ from lookahead.engine.attention import KEY_CHUNK, KeyView, causal_prompt, exact_
 from lookahead.engine.kvcache import KVCache
 from lookahead.engine.masks import MaskBuilder
 from lookahead.engine.query import free_offsets
+from lookahead.models.lean import lean_decoder
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,9 @@ class ModelRunner:
         self.cache_kwarg = "cache" if "cache" in params else "past_key_values"
         self.can_keep_logits = "logits_to_keep" in params
         self.timer = ForwardTimer()
+        # the model's forward without transformers' per-call machinery, same bits (models/lean.py); None:
+        # the model is not one it knows (or LOOKAHEAD_LEAN_FORWARD=0), call the model itself
+        self.lean = lean_decoder(model)
         # Final hidden states, read off the decoder's last norm by a forward hook for the passes that ask
         self._norm = final_norm(model)
         self.states: torch.Tensor | None = None  # [B, Q, D]: the last pass's, when it asked (`forward_batch`)
@@ -224,7 +228,8 @@ class ModelRunner:
         start = time.perf_counter()
         try:
             with torch.no_grad(), exact_passes(views, self.key_chunk) if exact else contextlib.nullcontext():
-                out = self.model(input_ids=tokens, position_ids=positions, attention_mask=mask, **kwargs)
+                out = (self.lean or self.model)(input_ids=tokens, position_ids=positions, attention_mask=mask,
+                                                **kwargs)
         finally:
             cache.place(None)
             if hook is not None:

@@ -9,21 +9,16 @@ its own KV cache (L layers), separate from the target's.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from lookahead.errors import ConfigError
+from lookahead.models.lean import LeanDecoder, LeanOutput
 
 # Decoder-only families whose model.forward is: embed -> rotary(hidden, position_ids) -> layers(hidden,
 # attention_mask, position_embeddings, position_ids, cache, use_cache) -> norm -> lm_head.
 SUPPORTED = ("llama", "mistral", "qwen2", "qwen3")
-
-
-@dataclass
-class DraftOutput:
-    logits: torch.Tensor
 
 
 class SelfDraft(torch.nn.Module):
@@ -46,9 +41,9 @@ class SelfDraft(torch.nn.Module):
         self.norm = base.norm
         self.rotary_emb = base.rotary_emb
         self.lm_head = target.get_output_embeddings()
-        types = getattr(target.config, "layer_types", None)
-        self.layer_types: list[str] = list(types[:layers]) if types else ["full_attention"] * layers
         self.eval()
+        # the model's own forward over these layers; Llama layers without its per-call machinery (lean.py)
+        self._run = LeanDecoder(target, list(self.layers))
 
     def get_output_embeddings(self) -> torch.nn.Module:
         return self.lm_head
@@ -61,15 +56,5 @@ class SelfDraft(torch.nn.Module):
         cache: Any = None,
         use_cache: bool = True,
         logits_to_keep: int | torch.Tensor = 0,
-    ) -> DraftOutput:
-        hidden = self.embed_tokens(input_ids)
-        position_embeddings = self.rotary_emb(hidden, position_ids)
-        for layer, kind in zip(self.layers, self.layer_types):
-            mask = attention_mask[kind] if isinstance(attention_mask, dict) else attention_mask
-            hidden = layer(hidden, attention_mask=mask, position_embeddings=position_embeddings,
-                           position_ids=position_ids, cache=cache, use_cache=use_cache)
-        if isinstance(logits_to_keep, torch.Tensor):  # row indices, as transformers' models take them
-            hidden = hidden[:, logits_to_keep]
-        elif logits_to_keep:
-            hidden = hidden[:, -logits_to_keep:]
-        return DraftOutput(logits=self.lm_head(self.norm(hidden)))
+    ) -> LeanOutput:
+        return self._run(input_ids, position_ids, attention_mask, cache, use_cache, logits_to_keep)

@@ -1,0 +1,167 @@
+"""A decoder's forward pass without the framework's per-call machinery, for the layers it knows.
+
+A decoding pass of a small model on a CPU is mostly not arithmetic. SmolLM2-135M (bfloat16, 2 Zen 4
+cores) streams its 212 MB of linear weights in ~4-7 ms, yet a one-row pass took ~20-28 ms: ~3,000
+tensor operations of a few microseconds each (norms, rotary, casts, views) and, around them,
+transformers' Python for each of 30 layers, their attention and their MLP (keyword plumbing,
+decorators, deprecation shims, the attention lookup, output dataclasses). This module runs the same
+tensor operations in the same order, so every logit keeps its bits, and skips the machinery:
+
+    embed -> rotary(positions) -> for each layer:
+        h = h + o_proj(attention(rotary(q, k), cache.update(k, v), mask))      (q, k, v from norm(h))
+        h = h + down_proj(act(gate_proj(norm(h))) * up_proj(norm(h)))
+    -> final norm -> LM head on the kept rows
+
+Only layers whose classes are exactly transformers' Llama classes (SmolLM2, Llama, and other
+checkpoints that load as them) take the lean path, and only under an attention implementation whose
+function takes nothing beyond what is passed here (SDPA, eager, the engine's exact attention). Any
+other layer is called as its module, with the arguments the model's own forward gives it, so a family
+this module does not know runs exactly as before. Modules with hooks are called as modules too; the
+final norm always is (the engine reads hidden states off it with a hook).
+
+Measured (SmolLM2-135M, bfloat16, 2 Zen 4 cores, passes over 256 cached keys, interleaved):
+README, "Measured: a lean forward pass". LOOKAHEAD_LEAN_FORWARD=0 runs the model's own forward.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+ENV = "LOOKAHEAD_LEAN_FORWARD"
+# attention implementations whose functions need no keyword beyond mask, dropout and scaling
+PLAIN_ATTENTION = ("sdpa", "eager", "lookahead_exact")
+
+
+@dataclass
+class LeanOutput:
+    logits: torch.Tensor  # [B, R, V]
+
+
+def enabled(env: str = ENV) -> bool:
+    """The lean path is on unless the environment variable is "0"."""
+    return os.environ.get(env, "1") != "0"
+
+
+def _llama_classes() -> tuple[type, ...]:
+    from transformers.models.llama import modeling_llama as m
+
+    return m.LlamaDecoderLayer, m.LlamaAttention, m.LlamaMLP, m.LlamaRMSNorm
+
+
+def _hooked(module: torch.nn.Module) -> bool:
+    return any(bool(m._forward_hooks or m._forward_pre_hooks) for m in module.modules())
+
+
+def lean_layer(layer: Any) -> bool:
+    """Is `layer` one the lean path computes exactly as its own forward does (a Llama decoder layer
+    of stock classes, no hooks, not training)?"""
+    decoder, attention, mlp, norm = _llama_classes()
+    return (type(layer) is decoder and type(layer.self_attn) is attention and type(layer.mlp) is mlp
+            and type(layer.input_layernorm) is norm and type(layer.post_attention_layernorm) is norm
+            and not layer.training and not _hooked(layer))
+
+
+def _hooked_top(model: Any) -> bool:
+    """Hooks on the model or its decoder themselves (not on their children, which `lean_layer` checks):
+    the model's own forward would run them."""
+    return any(bool(m._forward_hooks or m._forward_pre_hooks) for m in (model, model.model))
+
+
+def _rms_norm(norm: Any, h: torch.Tensor) -> torch.Tensor:
+    """LlamaRMSNorm's forward, op for op: float32 variance, scaled, cast back, times the weight."""
+    x = h.to(torch.float32)
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
+    return norm.weight * x.to(h.dtype)
+
+
+def _rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """transformers' apply_rotary_pos_emb for one tensor [B, H, Q, D] (cos/sin [B, 1, Q, D])."""
+    half = x.shape[-1] // 2
+    return (x * cos) + (torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin)
+
+
+def _llama_layer(layer: Any, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: Any, cache: Any,
+                 attend: Callable[..., tuple[torch.Tensor, Any]]) -> torch.Tensor:
+    """One LlamaDecoderLayer on h [B, Q, D]: the same operations as its forward, in the same order."""
+    b, q = h.shape[:2]
+    attn, mlp = layer.self_attn, layer.mlp
+    x = _rms_norm(layer.input_layernorm, h)
+    heads = (b, q, -1, attn.head_dim)
+    query = _rotary(attn.q_proj(x).view(heads).transpose(1, 2), cos, sin)  # [B, H, Q, hd]
+    key = _rotary(attn.k_proj(x).view(heads).transpose(1, 2), cos, sin)  # [B, Hkv, Q, hd]
+    value = attn.v_proj(x).view(heads).transpose(1, 2)  # [B, Hkv, Q, hd]
+    if cache is not None:
+        key, value = cache.update(key, value, attn.layer_idx)  # [B, Hkv, K, hd]
+    out, _ = attend(attn, query, key, value, mask, dropout=0.0, scaling=attn.scaling)  # [B, Q, H, hd]
+    h = h + attn.o_proj(out.reshape(b, q, -1).contiguous())
+    x = _rms_norm(layer.post_attention_layernorm, h)
+    return h + mlp.down_proj(mlp.act_fn(mlp.gate_proj(x)) * mlp.up_proj(x))
+
+
+class LeanDecoder:
+    """Runs `layers` of a decoder-only causal LM (embedding, rotary embedding, final norm and LM head
+    are the model's own modules) with the same call as the model: input_ids/position_ids [B, Q], a 4-D
+    mask (or a dict of them by layer type), the cache, logits_to_keep (row indices or a count from the
+    end; 0: every row). Layers `lean_layer` accepts run lean, the rest as modules."""
+
+    def __init__(self, model: Any, layers: Sequence[Any] | None = None) -> None:
+        base = model.model
+        self.config = model.config
+        self.embed_tokens, self.rotary_emb, self.norm = base.embed_tokens, base.rotary_emb, base.norm
+        self.lm_head = model.get_output_embeddings()
+        self.layers = list(base.layers[: model.config.num_hidden_layers] if layers is None else layers)
+        types = getattr(model.config, "layer_types", None)
+        self.layer_types: list[str] = list(types[: len(self.layers)]) if types else ["full_attention"] * len(self.layers)
+        impl = getattr(model.config, "_attn_implementation", None)
+        plain = impl in PLAIN_ATTENTION
+        self.lean = [plain and lean_layer(layer) for layer in self.layers]
+
+    @property
+    def lean_layers(self) -> int:
+        """How many layers take the lean path."""
+        return sum(self.lean)
+
+    def __call__(self, input_ids: torch.Tensor, position_ids: torch.Tensor, attention_mask: Any,
+                 cache: Any = None, use_cache: bool = True, logits_to_keep: int | torch.Tensor = 0,
+                 past_key_values: Any = None) -> LeanOutput:
+        cache = cache if cache is not None else past_key_values  # the keyword's older name
+        hidden = self.embed_tokens(input_ids)  # [B, Q, D]
+        cos, sin = self.rotary_emb(hidden, position_ids)  # [B, Q, hd] each
+        attend = None
+        if any(self.lean):
+            from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+            from transformers.models.llama.modeling_llama import eager_attention_forward
+
+            attend = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
+        cos4, sin4 = cos.unsqueeze(1), sin.unsqueeze(1)  # [B, 1, Q, hd]: broadcast over heads
+        for layer, kind, lean in zip(self.layers, self.layer_types, self.lean):
+            mask = attention_mask[kind] if isinstance(attention_mask, dict) else attention_mask
+            if lean:
+                hidden = _llama_layer(layer, hidden, cos4, sin4, mask, cache, attend)
+            else:
+                hidden = layer(hidden, attention_mask=mask, position_embeddings=(cos, sin),
+                               position_ids=position_ids, cache=cache, use_cache=use_cache)
+        if isinstance(logits_to_keep, torch.Tensor):  # row indices, as transformers' models take them
+            hidden = hidden[:, logits_to_keep]
+        elif logits_to_keep:
+            hidden = hidden[:, -logits_to_keep:]
+        return LeanOutput(logits=self.lm_head(self.norm(hidden)))
+
+
+def lean_decoder(model: Any) -> LeanDecoder | None:
+    """A LeanDecoder for `model` where it is transformers' own LlamaForCausalLM (whose forward
+    LeanDecoder's is), one of its layers would take the lean path and the environment allows it (ENV);
+    None otherwise: run the model's own forward."""
+    if not enabled() or getattr(model, "training", False):
+        return None
+    from transformers.models.llama.modeling_llama import LlamaForCausalLM, LlamaModel
+
+    if type(model) is not LlamaForCausalLM or type(model.model) is not LlamaModel or _hooked_top(model):
+        return None
+    decoder = LeanDecoder(model)
+    return decoder if decoder.lean_layers else None

@@ -1,0 +1,140 @@
+"""The lean forward (models/lean.py) computes every logit and cache entry with the model's own bits.
+
+Each case runs one sequence of passes twice, through the model's own forward (LOOKAHEAD_LEAN_FORWARD=0)
+and through the lean one, and requires bit-identical logits and caches: a prompt, a tree step whose
+rows see only their ancestors (not causal), a step that keeps only some logit rows, and a batch of two
+sequences of different lengths. Float32 and float64 tiny Llamas, with SDPA and with the engine's
+exact attention (the latter over key views as well).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lookahead.engine.attention import install
+from lookahead.engine.kvcache import KVCache
+from lookahead.engine.model_runner import ModelRunner, Rows
+from lookahead.engine.numerics import KEY_ALIGN
+from lookahead.models.lean import ENV, LeanDecoder, lean_decoder
+from lookahead.models.self_draft import SelfDraft
+from lookahead.testing import tiny_model
+
+# A tree of 5 rows after the root: 0 -> 1 -> 2 and 0 -> 3 -> 4 (row i sees itself and its ancestors)
+TREE_PARENTS = (-1, 0, 1, 0, 3)
+
+
+def _tree_local(parents: tuple[int, ...]) -> torch.Tensor:
+    local = torch.eye(len(parents), dtype=torch.bool)
+    for i, p in enumerate(parents):
+        while p >= 0:
+            local[i, p] = True
+            p = parents[p]
+    return local
+
+
+def _passes(runner: ModelRunner, lm: object, views: bool) -> tuple[list[torch.Tensor], KVCache]:
+    """The passes every case runs; returns the logits of each and the cache after them."""
+    cache = KVCache(KEY_ALIGN, slots=2)
+    out: list[torch.Tensor] = []
+    cache.select(0, 1)
+    runner.prefill(cache, list(range(3, 40)))
+    n = cache.get_seq_length()
+    depth = torch.tensor([0, 1, 2, 1, 2])
+    tree = Rows(torch.tensor([7, 9, 11, 8, 12]), n + depth, _tree_local(TREE_PARENTS), torch.arange(5),
+                views=(([3, 4], [0, 3, 4]),) if views else ())
+    out += runner.forward_batch(cache, [tree])
+    cache.crop(n - cache.get_seq_length())
+    chain = Rows(torch.tensor([5, 6, 7]), torch.arange(n, n + 3), torch.ones(3, 3, dtype=torch.bool).tril_(),
+                 torch.tensor([0, 2]))  # two of three logit rows kept
+    out += runner.forward_batch(cache, [chain])
+    cache.select(1, 2)
+    runner.prefill(cache, list(range(50, 61)))
+    cache.select(0, 2)  # two sequences of different lengths in one pass
+    m = cache.slot_lengths()
+    both = [Rows(torch.tensor([1, 2]), torch.arange(length, length + 2), torch.ones(2, 2, dtype=torch.bool).tril_(),
+                 torch.arange(2)) for length in m]
+    out += runner.forward_batch(cache, both)
+    return out, cache
+
+
+def _layers(cache: KVCache) -> list[torch.Tensor]:
+    return [t for layer in cache.layers for t in (layer.keys, layer.values)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("exact", [False, True])
+def test_the_lean_forward_gives_the_models_own_bits(dtype: torch.dtype, exact: bool,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    lm = tiny_model("llama", dtype=dtype, seed=3)
+    if exact:
+        assert install(lm.model)
+    results = {}
+    for lean in ("0", "1"):
+        monkeypatch.setenv(ENV, lean)
+        runner = ModelRunner(lm.model, exact_attention=exact, views=exact)
+        assert (runner.lean is not None) == (lean == "1")
+        results[lean] = _passes(runner, lm, views=exact)
+    (own, own_cache), (fast, fast_cache) = results["0"], results["1"]
+    assert len(own) == len(fast) == 4
+    for a, b in zip(own, fast):
+        assert a.shape == b.shape and torch.equal(a, b)
+    assert own_cache.slot_lengths() == fast_cache.slot_lengths()
+    for a, b in zip(_layers(own_cache), _layers(fast_cache)):
+        assert torch.equal(a, b)
+
+
+def test_every_layer_of_a_llama_runs_lean_and_other_families_run_their_own_forward(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    llama = tiny_model("llama", seed=0).model
+    decoder = lean_decoder(llama)
+    assert decoder is not None and decoder.lean_layers == llama.config.num_hidden_layers
+    # families whose forward is not LlamaModel's (even where their layers look alike) keep their own
+    for arch in ("qwen2", "qwen3", "mistral", "gpt2", "gemma3"):
+        assert lean_decoder(tiny_model(arch, seed=0).model) is None, arch
+    monkeypatch.setenv(ENV, "0")
+    assert lean_decoder(llama) is None
+    monkeypatch.setenv(ENV, "1")
+    llama.train()
+    assert lean_decoder(llama) is None  # training: dropout and the rest are the model's business
+    llama.eval()
+    llama.config._attn_implementation = "flash_attention_2"  # takes keywords the lean path does not pass
+    assert lean_decoder(llama) is None
+    llama.config._attn_implementation = "sdpa"
+
+
+def test_a_hooked_layer_runs_as_its_module_and_the_rest_stay_lean() -> None:
+    lm = tiny_model("llama", dtype=torch.float64, seed=1)
+    seen: list[int] = []
+    handle = lm.model.model.layers[1].mlp.register_forward_hook(lambda *a: seen.append(1))
+    try:
+        decoder = lean_decoder(lm.model)
+        assert decoder is not None and decoder.lean == [True, False] + [True] * (len(decoder.lean) - 2)
+        ids = torch.tensor([[5, 6, 7, 8]])
+        pos = torch.arange(4)[None]
+        own = lm.model(input_ids=ids, position_ids=pos).logits
+        fast = decoder(input_ids=ids, position_ids=pos, attention_mask=None, cache=None)
+        assert seen == [1, 1]  # the hook ran in both passes
+        assert torch.equal(own, fast.logits)
+        # a hook on the model itself: its own forward would run it, so the lean path stands aside
+        top = lm.model.register_forward_pre_hook(lambda *a: None)
+        assert lean_decoder(lm.model) is None
+        top.remove()
+    finally:
+        handle.remove()
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_a_lean_decoder_over_the_first_layers_is_the_models_first_layers(arch: str) -> None:
+    # SelfDraft runs its layers through LeanDecoder: Llama layers lean, others as modules. Its logits are
+    # the model's first L layers, final norm and LM head, as transformers computes them.
+    lm = tiny_model(arch, dtype=torch.float64, seed=2)
+    draft = SelfDraft(lm.model, 1)
+    ids, pos = torch.tensor([[9, 10, 11]]), torch.arange(3)[None]
+    inner = lm.model.model
+    hidden = inner.embed_tokens(ids)
+    cos_sin = inner.rotary_emb(hidden, pos)
+    hidden = inner.layers[0](hidden, attention_mask=None, position_embeddings=cos_sin, position_ids=pos)
+    expected = lm.model.lm_head(inner.norm(hidden))
+    assert isinstance(draft._run, LeanDecoder) and draft._run.lean_layers == (1 if arch == "llama" else 0)
+    assert torch.equal(draft(ids, pos, None).logits, expected)

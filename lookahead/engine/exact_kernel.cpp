@@ -350,6 +350,11 @@ bool linear_supported();
 at::Tensor tile_weight(const at::Tensor& weight);
 at::Tensor tiled_linear(const at::Tensor& x, const at::Tensor& tiled, const c10::optional<at::Tensor>& bias);
 
+// lean_kernel.cpp, likewise
+std::vector<at::Tensor> rotary_qk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos,
+                                  const at::Tensor& sin, int64_t D);
+at::Tensor rms_scale(const at::Tensor& x, const at::Tensor& variance, const at::Tensor& weight, double eps);
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("scores", &scores, "scaled, masked q.k for every row and key (see the file's header)");
   m.def("softmax_", &softmax_, "each row's softmax in place, its sum in fixed point (see softmax_rows)");
@@ -362,4 +367,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("tile_weight", &tile_weight, "a weight [N, K] in tiled_linear's layout (linear_kernel.cpp)");
   m.def("tiled_linear", &tiled_linear, "x @ weight.T + bias, each row alone in a fixed order (linear_kernel.cpp)",
         py::arg("x"), py::arg("tiled"), py::arg("bias") = py::none());
+  m.def("rotary_qk", &rotary_qk, "bfloat16 q and k rotated as apply_rotary_pos_emb does it, per head (lean_kernel.cpp)");
+  m.def("rms_scale", &rms_scale, "bfloat16 LlamaRMSNorm after its variance, same bits (lean_kernel.cpp)");
 }

@@ -21,6 +21,9 @@ sense above and need not be (see the .cpp's header). LOOKAHEAD_PREFILL_KERNEL=0 
 And it carries a bfloat16 linear layer (engine/linear_kernel.cpp, AVX-512 BF16 again) whose rows are exact
 at any row count: models/packing.py runs the model's linears on it where `tiles` says so, 1.3-1.5x faster
 than oneDNN's at a decode pass's 1-8 rows on 2 Zen 4 cores. LOOKAHEAD_LINEAR_KERNEL=0 keeps oneDNN's.
+
+And two pieces of a Llama layer for models/lean.py (engine/lean_kernel.cpp, plain C++): q and k rotated,
+and a norm scaled once its variance is taken, each in one call with the bits of PyTorch's operations.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ PREFILL_SOURCE = Path(__file__).with_name("prefill_kernel.cpp")
 LINEAR_ENV = "LOOKAHEAD_LINEAR_KERNEL"
 LINEAR_SOURCE = Path(__file__).with_name("linear_kernel.cpp")
 SCORES_SOURCE = Path(__file__).with_name("scores_kernel.cpp")
+LEAN_SOURCE = Path(__file__).with_name("lean_kernel.cpp")
 # -march=native: the build is for this machine's vector width (the cache key includes its CPU);
 # no -ffast-math: sums must run in source order.
 FLAGS = ("-O3", "-march=native", "-fopenmp")
@@ -96,6 +100,12 @@ def tiles(dtype: torch.dtype) -> bool:
     return module is not None and bool(module.linear_supported())
 
 
+def lean_parts(dtype: torch.dtype) -> bool:
+    """Do bfloat16 Llama layers on the lean path (models/lean.py) rotate q and k and scale their norms on
+    the kernel (lean_kernel.cpp: same bits, fewer calls)?"""
+    return dtype == torch.bfloat16 and kernel() is not None
+
+
 def status() -> str:
     """'on', or 'off (<why>)', and whether linears stay on oneDNN: part of the device signature
     (models/dtypes.py), so cached probes and timings never mix the two."""
@@ -110,7 +120,7 @@ def _build() -> tuple[Any | None, str]:
         from torch.utils import cpp_extension
     except ImportError as err:
         return None, f"missing {err.name}"
-    sources = [SOURCE, PREFILL_SOURCE, LINEAR_SOURCE, SCORES_SOURCE]
+    sources = [SOURCE, PREFILL_SOURCE, LINEAR_SOURCE, SCORES_SOURCE, LEAN_SOURCE]
     tag = hashlib.sha256(b"\0".join([*(s.read_bytes() for s in sources), " ".join(FLAGS).encode(), _cpu().encode(),
                                      torch.__version__.encode()])).hexdigest()[:16]
     folder = cache_root() / "kernels" / f"exact-{tag}"

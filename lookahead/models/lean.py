@@ -28,9 +28,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
+
+from lookahead.engine import exact_kernel
 
 ENV = "LOOKAHEAD_LEAN_FORWARD"
 # attention implementations whose functions need no keyword beyond mask, dropout and scaling
@@ -85,22 +87,60 @@ def _rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return (x * cos) + (torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin)
 
 
-def _llama_layer(layer: Any, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: Any, cache: Any,
-                 attend: Callable[..., tuple[torch.Tensor, Any]]) -> torch.Tensor:
-    """One LlamaDecoderLayer on h [B, Q, D]: the same operations as its forward, in the same order."""
+class _LlamaParts(NamedTuple):
+    """A Llama layer's parts, looked up once (nn.Module attribute lookups cost ~1 us each, ten a layer a
+    pass) and called through their `forward` (skipping nn.Module's call machinery: a lean layer has no
+    hooks)."""
+
+    norm1: Any
+    q: Callable[[torch.Tensor], torch.Tensor]
+    k: Callable[[torch.Tensor], torch.Tensor]
+    v: Callable[[torch.Tensor], torch.Tensor]
+    o: Callable[[torch.Tensor], torch.Tensor]
+    norm2: Any
+    gate: Callable[[torch.Tensor], torch.Tensor]
+    up: Callable[[torch.Tensor], torch.Tensor]
+    down: Callable[[torch.Tensor], torch.Tensor]
+    act: Callable[[torch.Tensor], torch.Tensor]
+    attn: Any  # the attention module, as the attention function takes it
+    index: int  # its layer index in the cache
+    head_dim: int
+    scaling: float
+
+
+def _llama_parts(layer: Any) -> _LlamaParts:
+    a, m = layer.self_attn, layer.mlp
+    return _LlamaParts(layer.input_layernorm, a.q_proj.forward, a.k_proj.forward, a.v_proj.forward, a.o_proj.forward,
+                       layer.post_attention_layernorm, m.gate_proj.forward, m.up_proj.forward, m.down_proj.forward,
+                       m.act_fn.forward, a, a.layer_idx, a.head_dim, a.scaling)
+
+
+def _norm_on_kernel(kern: Any, norm: Any, h: torch.Tensor) -> torch.Tensor:
+    """_rms_norm with everything after the variance in one kernel call (engine/lean_kernel.cpp)."""
+    return kern.rms_scale(h, h.to(torch.float32).pow(2).mean(-1, keepdim=True), norm.weight, norm.variance_epsilon)
+
+
+def _llama_layer(p: _LlamaParts, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: Any, cache: Any,
+                 attend: Callable[..., tuple[torch.Tensor, Any]], kern: Any) -> torch.Tensor:
+    """One LlamaDecoderLayer on h [B, Q, D]: the same operations as its forward, in the same order (with
+    `kern`, bfloat16: the rotary embedding and the norms' scaling each in one call, same bits).
+    cos/sin: [B, Q, hd] with `kern`, else [B, 1, Q, hd] (broadcast over heads)."""
     b, q = h.shape[:2]
-    attn, mlp = layer.self_attn, layer.mlp
-    x = _rms_norm(layer.input_layernorm, h)
-    heads = (b, q, -1, attn.head_dim)
-    query = _rotary(attn.q_proj(x).view(heads).transpose(1, 2), cos, sin)  # [B, H, Q, hd]
-    key = _rotary(attn.k_proj(x).view(heads).transpose(1, 2), cos, sin)  # [B, Hkv, Q, hd]
-    value = attn.v_proj(x).view(heads).transpose(1, 2)  # [B, Hkv, Q, hd]
+    heads = (b, q, -1, p.head_dim)
+    if kern is not None:
+        x = _norm_on_kernel(kern, p.norm1, h)
+        query, key = kern.rotary_qk(p.q(x), p.k(x), cos, sin, p.head_dim)  # [B, H, Q, hd], [B, Hkv, Q, hd]
+    else:
+        x = _rms_norm(p.norm1, h)
+        query = _rotary(p.q(x).view(heads).transpose(1, 2), cos, sin)  # [B, H, Q, hd]
+        key = _rotary(p.k(x).view(heads).transpose(1, 2), cos, sin)  # [B, Hkv, Q, hd]
+    value = p.v(x).view(heads).transpose(1, 2)  # [B, Hkv, Q, hd]
     if cache is not None:
-        key, value = cache.update(key, value, attn.layer_idx)  # [B, Hkv, K, hd]
-    out, _ = attend(attn, query, key, value, mask, dropout=0.0, scaling=attn.scaling)  # [B, Q, H, hd]
-    h = h + attn.o_proj(out.reshape(b, q, -1).contiguous())
-    x = _rms_norm(layer.post_attention_layernorm, h)
-    return h + mlp.down_proj(mlp.act_fn(mlp.gate_proj(x)) * mlp.up_proj(x))
+        key, value = cache.update(key, value, p.index)  # [B, Hkv, K, hd]
+    out, _ = attend(p.attn, query, key, value, mask, dropout=0.0, scaling=p.scaling)  # [B, Q, H, hd]
+    h = h + p.o(out.reshape(b, q, -1).contiguous())
+    x = _rms_norm(p.norm2, h) if kern is None else _norm_on_kernel(kern, p.norm2, h)
+    return h + p.down(p.act(p.gate(x)) * p.up(x))
 
 
 class LeanDecoder:
@@ -120,6 +160,10 @@ class LeanDecoder:
         impl = getattr(model.config, "_attn_implementation", None)
         plain = impl in PLAIN_ATTENTION
         self.lean = [plain and lean_layer(layer) for layer in self.layers]
+        self._parts = [_llama_parts(layer) if lean else None for layer, lean in zip(self.layers, self.lean)]
+        # bfloat16 weights and activations: rotary and norm scaling on lookahead's kernel where it built
+        self._kernel_parts = all(p is None or (p.norm1.weight.dtype == p.norm2.weight.dtype == torch.bfloat16)
+                                 for p in self._parts) and exact_kernel.lean_parts(self.embed_tokens.weight.dtype)
 
     @property
     def lean_layers(self) -> int:
@@ -138,11 +182,12 @@ class LeanDecoder:
             from transformers.models.llama.modeling_llama import eager_attention_forward
 
             attend = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
-        cos4, sin4 = cos.unsqueeze(1), sin.unsqueeze(1)  # [B, 1, Q, hd]: broadcast over heads
-        for layer, kind, lean in zip(self.layers, self.layer_types, self.lean):
+        kern = exact_kernel.kernel() if self._kernel_parts and hidden.device.type == "cpu" else None
+        rot = (cos, sin) if kern is not None else (cos.unsqueeze(1), sin.unsqueeze(1))  # see _llama_layer
+        for layer, kind, parts in zip(self.layers, self.layer_types, self._parts):
             mask = attention_mask[kind] if isinstance(attention_mask, dict) else attention_mask
-            if lean:
-                hidden = _llama_layer(layer, hidden, cos4, sin4, mask, cache, attend)
+            if parts is not None:
+                hidden = _llama_layer(parts, hidden, *rot, mask, cache, attend, kern)
             else:
                 hidden = layer(hidden, attention_mask=mask, position_embeddings=(cos, sin),
                                position_ids=position_ids, cache=cache, use_cache=use_cache)

@@ -4,14 +4,17 @@ Each case runs one sequence of passes twice, through the model's own forward (LO
 and through the lean one, and requires bit-identical logits and caches: a prompt, a tree step whose
 rows see only their ancestors (not causal), a step that keeps only some logit rows, and a batch of two
 sequences of different lengths. Float32 and float64 tiny Llamas, with SDPA and with the engine's
-exact attention (the latter over key views as well).
+exact attention (the latter over key views as well); bfloat16, where the lean path rotates q and k and
+scales the norms on lookahead's kernel (engine/lean_kernel.cpp), which must give PyTorch's bits too.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
+from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_pos_emb
 
+from lookahead.engine import exact_kernel
 from lookahead.engine.attention import install
 from lookahead.engine.kvcache import KVCache
 from lookahead.engine.model_runner import ModelRunner, Rows
@@ -62,7 +65,7 @@ def _layers(cache: KVCache) -> list[torch.Tensor]:
     return [t for layer in cache.layers for t in (layer.keys, layer.values)]
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 @pytest.mark.parametrize("exact", [False, True])
 def test_the_lean_forward_gives_the_models_own_bits(dtype: torch.dtype, exact: bool,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
@@ -74,6 +77,8 @@ def test_the_lean_forward_gives_the_models_own_bits(dtype: torch.dtype, exact: b
         monkeypatch.setenv(ENV, lean)
         runner = ModelRunner(lm.model, exact_attention=exact, views=exact)
         assert (runner.lean is not None) == (lean == "1")
+        if runner.lean is not None:  # bfloat16 takes the kernel's rotary and norm scaling (it must build here)
+            assert runner.lean._kernel_parts == (dtype == torch.bfloat16), exact_kernel.status()
         results[lean] = _passes(runner, lm, views=exact)
     (own, own_cache), (fast, fast_cache) = results["0"], results["1"]
     assert len(own) == len(fast) == 4
@@ -138,3 +143,32 @@ def test_a_lean_decoder_over_the_first_layers_is_the_models_first_layers(arch: s
     expected = lm.model.lm_head(inner.norm(hidden))
     assert isinstance(draft._run, LeanDecoder) and draft._run.lean_layers == (1 if arch == "llama" else 0)
     assert torch.equal(draft(ids, pos, None).logits, expected)
+
+
+def test_the_kernels_rotary_and_norm_scaling_are_pytorchs_to_the_bit() -> None:
+    # Values across bfloat16's range, ties included (products whose rounding lands halfway), odd shapes:
+    # 2 sequences x 3 rows, 4 query heads and 2 key heads of 16, q and k read as views of one wider
+    # product (as the stacked projections hand them on), norms over rows of 48 with a large epsilon.
+    kern = exact_kernel.kernel()
+    assert kern is not None, exact_kernel.status()
+    g = torch.Generator().manual_seed(0)
+    wide = (torch.randn(2, 3, 4 * 16 + 2 * 16 + 8, generator=g) * torch.logspace(-3, 3, 104)).to(torch.bfloat16)
+    q, k = wide[..., :64], wide[..., 64:96]
+    angles = torch.randn(2, 3, 16, generator=g) * 50
+    cos, sin = angles.cos().to(torch.bfloat16), angles.sin().to(torch.bfloat16)
+    cos[0, 0, :4] = torch.tensor([1.0, -1.0, 0.5, 0.0])  # exact products and a zero
+    got_q, got_k = kern.rotary_qk(q, k, cos, sin, 16)
+    want_q, want_k = apply_rotary_pos_emb(q.view(2, 3, -1, 16).transpose(1, 2), k.view(2, 3, -1, 16).transpose(1, 2),
+                                          cos, sin)
+    assert got_q.shape == (2, 4, 3, 16) and got_k.shape == (2, 2, 3, 16)
+    assert torch.equal(got_q, want_q) and torch.equal(got_k, want_k)
+
+    norm = LlamaRMSNorm(48, eps=1e-2).to(torch.bfloat16)
+    with torch.no_grad():
+        norm.weight.copy_(torch.randn(48, generator=g) * 3)
+    h = (torch.randn(5, 48, generator=g) * torch.logspace(-4, 4, 5)[:, None]).to(torch.bfloat16)
+    variance = h.to(torch.float32).pow(2).mean(-1, keepdim=True)
+    with torch.no_grad():
+        assert torch.equal(kern.rms_scale(h, variance, norm.weight, norm.variance_epsilon), norm(h))
+    with pytest.raises(RuntimeError, match="bfloat16"):
+        kern.rotary_qk(q.float(), k, cos, sin, 16)

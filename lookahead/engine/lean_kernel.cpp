@@ -1,0 +1,91 @@
+// Two pieces of a Llama decoder layer in one call each, with the bits of the PyTorch operations they
+// replace (models/lean.py calls them for bfloat16 on CPU; engine/exact_kernel.py builds them).
+//
+//   rotary_qk(q [B, Q, H*D], k [B, Q, Hkv*D], cos [B, Q, D], sin [B, Q, D], D), all bfloat16
+//       -> (q [B, H, Q, D], k [B, Hkv, Q, D]), contiguous: transformers' apply_rotary_pos_emb,
+//       out = bf16(bf16(x * cos) + bf16(rotate_half(x) * sin)), rotate_half(x) = (-x[D/2:], x[:D/2]).
+//   rms_scale(x [..., D] bfloat16, variance [..., 1] float32, weight [D] bfloat16, eps)
+//       -> [..., D] bfloat16: the rest of LlamaRMSNorm once the variance is taken,
+//       bf16(weight * bf16(float(x) * (1 / sqrt(variance + eps)))).
+//
+// PyTorch computes a bfloat16 product or sum in float32 and rounds it to bfloat16 (to nearest, ties to
+// even); float32 products, sums, square roots and quotients are correctly rounded, vectorised or not.
+// So each element here is the same sequence of correctly rounded operations, and gets the same bits
+// (tests/engine/test_lean_forward.py compares them). What it saves is calls: ~20 of PyTorch's a layer
+// (views, slices, casts, products) in two, each costing microseconds of dispatch for a few hundred
+// elements. The variance's sum stays PyTorch's: its order of additions is PyTorch's own.
+
+#include <torch/extension.h>
+
+#include <cmath>
+#include <vector>
+
+namespace {
+
+inline float f(at::BFloat16 x) { return static_cast<float>(x); }
+inline at::BFloat16 bf(float x) { return at::BFloat16(x); }  // round to nearest, ties to even
+
+// One head's D values x (stride 1) -> out, given the row's cos and sin.
+inline void rotate(const at::BFloat16* x, const at::BFloat16* c, const at::BFloat16* s, at::BFloat16* out,
+                   int64_t D) {
+  const int64_t half = D / 2;
+  for (int64_t i = 0; i < D; ++i) {
+    const float r = i < half ? -f(x[i + half]) : f(x[i - half]);  // negation is exact in bfloat16 too
+    out[i] = bf(f(bf(f(x[i]) * f(c[i]))) + f(bf(r * f(s[i]))));
+  }
+}
+
+void check_rows(const at::Tensor& t, const char* name) {
+  TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == at::kBFloat16, name, " must be a bfloat16 CPU tensor");
+  TORCH_CHECK(t.dim() == 3 && t.stride(2) == 1, name, " must be [B, Q, n] with its last dimension contiguous");
+}
+
+}  // namespace
+
+std::vector<at::Tensor> rotary_qk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos,
+                                  const at::Tensor& sin, int64_t D) {
+  check_rows(q, "q");
+  check_rows(k, "k");
+  check_rows(cos, "cos");
+  check_rows(sin, "sin");
+  const int64_t B = q.size(0), Q = q.size(1);
+  TORCH_CHECK(D > 0 && D % 2 == 0 && q.size(2) % D == 0 && k.size(2) % D == 0, "head size must be even and divide q and k");
+  TORCH_CHECK(k.size(0) == B && k.size(1) == Q && cos.size(0) == B && cos.size(1) == Q && cos.size(2) == D &&
+              sin.sizes() == cos.sizes(), "q, k, cos and sin must agree on [B, Q] (cos, sin: [B, Q, D])");
+  const int64_t H = q.size(2) / D, Hkv = k.size(2) / D;
+  at::Tensor qo = at::empty({B, H, Q, D}, q.options()), ko = at::empty({B, Hkv, Q, D}, k.options());
+  const at::BFloat16 *qp = q.data_ptr<at::BFloat16>(), *kp = k.data_ptr<at::BFloat16>();
+  const at::BFloat16 *cp = cos.data_ptr<at::BFloat16>(), *sp = sin.data_ptr<at::BFloat16>();
+  at::BFloat16 *qop = qo.data_ptr<at::BFloat16>(), *kop = ko.data_ptr<at::BFloat16>();
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < Q; ++t) {
+      const at::BFloat16* c = cp + b * cos.stride(0) + t * cos.stride(1);
+      const at::BFloat16* s = sp + b * sin.stride(0) + t * sin.stride(1);
+      const at::BFloat16* qr = qp + b * q.stride(0) + t * q.stride(1);
+      const at::BFloat16* kr = kp + b * k.stride(0) + t * k.stride(1);
+      for (int64_t h = 0; h < H; ++h) rotate(qr + h * D, c, s, qop + ((b * H + h) * Q + t) * D, D);
+      for (int64_t h = 0; h < Hkv; ++h) rotate(kr + h * D, c, s, kop + ((b * Hkv + h) * Q + t) * D, D);
+    }
+  }
+  return {qo, ko};
+}
+
+at::Tensor rms_scale(const at::Tensor& x, const at::Tensor& variance, const at::Tensor& weight, double eps) {
+  TORCH_CHECK(x.device().is_cpu() && x.scalar_type() == at::kBFloat16 && weight.scalar_type() == at::kBFloat16 &&
+              variance.scalar_type() == at::kFloat, "rms_scale takes bfloat16 x and weight, float32 variance, on CPU");
+  const int64_t D = x.size(-1);
+  TORCH_CHECK(weight.dim() == 1 && weight.size(0) == D && variance.size(-1) == 1 && variance.numel() * D == x.numel(),
+              "rms_scale: x [..., D], variance [..., 1], weight [D]");
+  const at::Tensor xc = x.contiguous(), vc = variance.contiguous(), wc = weight.contiguous();
+  at::Tensor out = at::empty_like(xc);
+  const at::BFloat16 *xp = xc.data_ptr<at::BFloat16>(), *wp = wc.data_ptr<at::BFloat16>();
+  const float* vp = vc.data_ptr<float>();
+  at::BFloat16* op = out.data_ptr<at::BFloat16>();
+  const float e = static_cast<float>(eps);  // PyTorch adds a Python float to a float32 tensor as float32
+  const int64_t rows = vc.numel();
+  for (int64_t r = 0; r < rows; ++r) {
+    const float inv = 1.0f / std::sqrt(vp[r] + e);  // torch.rsqrt: 1 / sqrt, each correctly rounded
+    for (int64_t i = 0; i < D; ++i) op[r * D + i] = bf(f(wp[i]) * f(bf(f(xp[r * D + i]) * inv)));
+  }
+  return out;
+}

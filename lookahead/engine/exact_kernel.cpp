@@ -354,6 +354,8 @@ at::Tensor tiled_linear(const at::Tensor& x, const at::Tensor& tiled, const c10:
 std::vector<at::Tensor> rotary_qk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos,
                                   const at::Tensor& sin, int64_t D);
 at::Tensor rms_scale(const at::Tensor& x, const at::Tensor& variance, const at::Tensor& weight, double eps);
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, int64_t lanes);
+at::Tensor variance(const at::Tensor& x, int64_t lanes);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("scores", &scores, "scaled, masked q.k for every row and key (see the file's header)");
@@ -369,4 +371,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("x"), py::arg("tiled"), py::arg("bias") = py::none());
   m.def("rotary_qk", &rotary_qk, "bfloat16 q and k rotated as apply_rotary_pos_emb does it, per head (lean_kernel.cpp)");
   m.def("rms_scale", &rms_scale, "bfloat16 LlamaRMSNorm after its variance, same bits (lean_kernel.cpp)");
+  m.def("variance", &variance, "bfloat16 rows' mean square as rms_norm sums it (lean_kernel.cpp)");
+  m.def("rms_norm", &rms_norm, "bfloat16 LlamaRMSNorm whole, its sum in PyTorch's order for `lanes` (lean_kernel.cpp)");
 }

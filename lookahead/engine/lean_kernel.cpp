@@ -7,6 +7,14 @@
 //   rms_scale(x [..., D] bfloat16, variance [..., 1] float32, weight [D] bfloat16, eps)
 //       -> [..., D] bfloat16: the rest of LlamaRMSNorm once the variance is taken,
 //       bf16(weight * bf16(float(x) * (1 / sqrt(variance + eps)))).
+//   rms_norm(x [..., D] bfloat16, weight [D] bfloat16, eps, lanes) -> [..., D] bfloat16: the whole of
+//       LlamaRMSNorm, the variance's sum included, added up in the order PyTorch's vectorised inner
+//       reduction adds (its cascade sum over `lanes`-wide vectors, four partial vectors, levels of 16;
+//       aten/src/ATen/native/cpu/SumKernel.cpp). That order is PyTorch's, not a contract: models/lean.py
+//       uses this only after comparing `variance` (the same sum) with PyTorch's on the model's row
+//       width (`norm_lanes`), and keeps rms_scale otherwise.
+//   variance(x [..., D] bfloat16, lanes) -> [..., 1] float32: x.float().pow(2).mean(-1, keepdim=True)
+//       as rms_norm computes it (compared bit for bit with PyTorch's before rms_norm is used).
 //
 // PyTorch computes a bfloat16 product or sum in float32 and rounds it to bfloat16 (to nearest, ties to
 // even); float32 products, sums, square roots and quotients are correctly rounded, vectorised or not.
@@ -17,6 +25,10 @@
 
 #include <torch/extension.h>
 
+// Every product and sum below must round by itself, as PyTorch's do: no fused multiply-adds.
+#pragma GCC optimize("fp-contract=off")
+
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -38,6 +50,49 @@ inline void rotate(const at::BFloat16* x, const at::BFloat16* c, const at::BFloa
 void check_rows(const at::Tensor& t, const char* name) {
   TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == at::kBFloat16, name, " must be a bfloat16 CPU tensor");
   TORCH_CHECK(t.dim() == 3 && t.stride(2) == 1, name, " must be [B, Q, n] with its last dimension contiguous");
+}
+
+// PyTorch's sum of x[0..n) (float32, contiguous) as its vectorised inner reduction computes it with
+// vectors of L lanes: whole vectors in four interleaved partial sums (multi_row_sum over rows of four
+// vectors, cascaded in levels), the four added in order, then the scalar tail, then the lanes in order.
+float cascade_sum(const float* x, int64_t n, int64_t L) {
+  constexpr int64_t kRows = 4, kLevels = 4;
+  float acc[kLevels][kRows][16] = {};  // [level][partial][lane]
+  const int64_t nvec = n / L, size = nvec / kRows;  // whole vectors; "rows" of four vectors
+  int64_t log2 = 1;
+  if (size > 2) {
+    log2 = 0;
+    for (uint64_t v = static_cast<uint64_t>(size) - 1; v; v >>= 1) ++log2;  // CeilLog2
+  }
+  const int64_t power = std::max<int64_t>(4, log2 / kLevels), step = int64_t(1) << power, mask = step - 1;
+  auto add_row = [&](int64_t i) {
+    for (int64_t k = 0; k < kRows; ++k)
+      for (int64_t l = 0; l < L; ++l) acc[0][k][l] += x[(i * kRows + k) * L + l];
+  };
+  int64_t i = 0;
+  while (i + step <= size) {
+    for (int64_t j = 0; j < step; ++j, ++i) add_row(i);
+    for (int64_t j = 1; j < kLevels; ++j) {
+      for (int64_t k = 0; k < kRows; ++k)
+        for (int64_t l = 0; l < L; ++l) {
+          acc[j][k][l] += acc[j - 1][k][l];
+          acc[j - 1][k][l] = 0.0f;
+        }
+      if ((i & (mask << (j * power))) != 0) break;
+    }
+  }
+  for (; i < size; ++i) add_row(i);
+  for (int64_t j = 1; j < kLevels; ++j)
+    for (int64_t k = 0; k < kRows; ++k)
+      for (int64_t l = 0; l < L; ++l) acc[0][k][l] += acc[j][k][l];
+  for (int64_t v = size * kRows; v < nvec; ++v)  // whole vectors past the last row of four
+    for (int64_t l = 0; l < L; ++l) acc[0][0][l] += x[v * L + l];
+  for (int64_t k = 1; k < kRows; ++k)
+    for (int64_t l = 0; l < L; ++l) acc[0][0][l] += acc[0][k][l];
+  float total = 0.0f;
+  for (int64_t t = nvec * L; t < n; ++t) total += x[t];
+  for (int64_t l = 0; l < L; ++l) total += acc[0][0][l];
+  return total;
 }
 
 }  // namespace
@@ -86,6 +141,47 @@ at::Tensor rms_scale(const at::Tensor& x, const at::Tensor& variance, const at::
   for (int64_t r = 0; r < rows; ++r) {
     const float inv = 1.0f / std::sqrt(vp[r] + e);  // torch.rsqrt: 1 / sqrt, each correctly rounded
     for (int64_t i = 0; i < D; ++i) op[r * D + i] = bf(f(wp[i]) * f(bf(f(xp[r * D + i]) * inv)));
+  }
+  return out;
+}
+
+// x [..., D] bfloat16 -> [..., 1] float32: x.float().pow(2).mean(-1, keepdim=True) as rms_norm takes it.
+at::Tensor variance(const at::Tensor& x, int64_t lanes) {
+  TORCH_CHECK(x.device().is_cpu() && x.scalar_type() == at::kBFloat16, "variance takes bfloat16 x on CPU");
+  TORCH_CHECK(lanes >= 1 && lanes <= 16 && x.size(-1) >= lanes, "variance: 1 to 16 lanes, rows at least that wide");
+  const at::Tensor xc = x.contiguous();
+  const int64_t D = x.size(-1), rows = xc.numel() / D;
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+  shape.back() = 1;
+  at::Tensor out = at::empty(shape, x.options().dtype(at::kFloat));
+  std::vector<float> squares(D);
+  const at::BFloat16* xp = xc.data_ptr<at::BFloat16>();
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < D; ++i) squares[i] = f(xp[r * D + i]) * f(xp[r * D + i]);
+    out.data_ptr<float>()[r] = cascade_sum(squares.data(), D, lanes) / static_cast<float>(D);
+  }
+  return out;
+}
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, int64_t lanes) {
+  TORCH_CHECK(x.device().is_cpu() && x.scalar_type() == at::kBFloat16 && weight.scalar_type() == at::kBFloat16,
+              "rms_norm takes bfloat16 x and weight on CPU");
+  TORCH_CHECK(lanes >= 1 && lanes <= 16, "rms_norm: 1 to 16 lanes");
+  const int64_t D = x.size(-1);
+  TORCH_CHECK(D >= lanes && weight.dim() == 1 && weight.size(0) == D, "rms_norm: x [..., D] (D >= lanes), weight [D]");
+  const at::Tensor xc = x.contiguous(), wc = weight.contiguous();
+  at::Tensor out = at::empty_like(xc);
+  const at::BFloat16 *xp = xc.data_ptr<at::BFloat16>(), *wp = wc.data_ptr<at::BFloat16>();
+  at::BFloat16* op = out.data_ptr<at::BFloat16>();
+  const float e = static_cast<float>(eps), n = static_cast<float>(D);
+  std::vector<float> squares(D);
+  const int64_t rows = xc.numel() / D;
+  for (int64_t r = 0; r < rows; ++r) {
+    const at::BFloat16* row = xp + r * D;
+    for (int64_t i = 0; i < D; ++i) squares[i] = f(row[i]) * f(row[i]);  // x.float().pow(2): x * x
+    const float variance = cascade_sum(squares.data(), D, lanes) / n;  // mean: the sum, then / D
+    const float inv = 1.0f / std::sqrt(variance + e);
+    for (int64_t i = 0; i < D; ++i) op[r * D + i] = bf(f(wp[i]) * f(bf(f(row[i]) * inv)));
   }
   return out;
 }

@@ -115,20 +115,42 @@ def _llama_parts(layer: Any) -> _LlamaParts:
                        m.act_fn.forward, a, a.layer_idx, a.head_dim, a.scaling)
 
 
-def _norm_on_kernel(kern: Any, norm: Any, h: torch.Tensor) -> torch.Tensor:
-    """_rms_norm with everything after the variance in one kernel call (engine/lean_kernel.cpp)."""
+def _norm_on_kernel(kern: Any, norm: Any, h: torch.Tensor, lanes: int) -> torch.Tensor:
+    """_rms_norm in one kernel call (engine/lean_kernel.cpp) where `lanes` > 0 (the kernel adds the
+    variance's terms in PyTorch's order for vectors of that many lanes), else everything after the
+    variance in one call."""
+    if lanes:
+        return kern.rms_norm(h, norm.weight, norm.variance_epsilon, lanes)
     return kern.rms_scale(h, h.to(torch.float32).pow(2).mean(-1, keepdim=True), norm.weight, norm.variance_epsilon)
 
 
+LANES = (8, 16, 4)  # vector widths PyTorch's CPU sums may use (AVX2 and the default build, AVX-512, ...)
+_NORM_LANES: dict[int, int] = {}  # row width -> lanes for which the kernel's whole norm is PyTorch's (0: none)
+
+
+def norm_lanes(kern: Any, width: int) -> int:
+    """The vector width (lanes, LANES tried in turn) with which the kernel sums a norm's variance as this
+    PyTorch build does on rows of `width`: its float32 variance compared bit for bit with
+    x.float().pow(2).mean(-1) on random rows across bfloat16's range, once per width and process; 0
+    where none matches (then the variance stays PyTorch's and only the rest of the norm runs on the
+    kernel). PyTorch 2.13's sum runs 8-lane vectors on this Zen 4, AVX-512 or not."""
+    if width not in _NORM_LANES:
+        g = torch.Generator().manual_seed(width)
+        rows = (torch.randn(256, width, generator=g) * torch.logspace(-6, 6, 256)[:, None]).to(torch.bfloat16)
+        want = rows.to(torch.float32).pow(2).mean(-1, keepdim=True)
+        _NORM_LANES[width] = next((lanes for lanes in LANES if width >= lanes and torch.equal(kern.variance(rows, lanes), want)), 0)
+    return _NORM_LANES[width]
+
+
 def _llama_layer(p: _LlamaParts, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: Any, cache: Any,
-                 attend: Callable[..., tuple[torch.Tensor, Any]], kern: Any) -> torch.Tensor:
+                 attend: Callable[..., tuple[torch.Tensor, Any]], kern: Any, lanes: int) -> torch.Tensor:
     """One LlamaDecoderLayer on h [B, Q, D]: the same operations as its forward, in the same order (with
     `kern`, bfloat16: the rotary embedding and the norms' scaling each in one call, same bits).
     cos/sin: [B, Q, hd] with `kern`, else [B, 1, Q, hd] (broadcast over heads)."""
     b, q = h.shape[:2]
     heads = (b, q, -1, p.head_dim)
     if kern is not None:
-        x = _norm_on_kernel(kern, p.norm1, h)
+        x = _norm_on_kernel(kern, p.norm1, h, lanes)
         query, key = kern.rotary_qk(p.q(x), p.k(x), cos, sin, p.head_dim)  # [B, H, Q, hd], [B, Hkv, Q, hd]
     else:
         x = _rms_norm(p.norm1, h)
@@ -139,7 +161,7 @@ def _llama_layer(p: _LlamaParts, h: torch.Tensor, cos: torch.Tensor, sin: torch.
         key, value = cache.update(key, value, p.index)  # [B, Hkv, K, hd]
     out, _ = attend(p.attn, query, key, value, mask, dropout=0.0, scaling=p.scaling)  # [B, Q, H, hd]
     h = h + p.o(out.reshape(b, q, -1).contiguous())
-    x = _rms_norm(p.norm2, h) if kern is None else _norm_on_kernel(kern, p.norm2, h)
+    x = _rms_norm(p.norm2, h) if kern is None else _norm_on_kernel(kern, p.norm2, h, lanes)
     return h + p.down(p.act(p.gate(x)) * p.up(x))
 
 
@@ -164,6 +186,8 @@ class LeanDecoder:
         # bfloat16 weights and activations: rotary and norm scaling on lookahead's kernel where it built
         self._kernel_parts = all(p is None or (p.norm1.weight.dtype == p.norm2.weight.dtype == torch.bfloat16)
                                  for p in self._parts) and exact_kernel.lean_parts(self.embed_tokens.weight.dtype)
+        kern = exact_kernel.kernel() if self._kernel_parts else None
+        self._lanes = norm_lanes(kern, int(self.embed_tokens.weight.shape[-1])) if kern is not None else 0
 
     @property
     def lean_layers(self) -> int:
@@ -187,7 +211,7 @@ class LeanDecoder:
         for layer, kind, parts in zip(self.layers, self.layer_types, self._parts):
             mask = attention_mask[kind] if isinstance(attention_mask, dict) else attention_mask
             if parts is not None:
-                hidden = _llama_layer(parts, hidden, *rot, mask, cache, attend, kern)
+                hidden = _llama_layer(parts, hidden, *rot, mask, cache, attend, kern, self._lanes)
             else:
                 hidden = layer(hidden, attention_mask=mask, position_embeddings=(cos, sin),
                                position_ids=position_ids, cache=cache, use_cache=use_cache)

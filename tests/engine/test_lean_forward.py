@@ -19,7 +19,7 @@ from lookahead.engine.attention import install
 from lookahead.engine.kvcache import KVCache
 from lookahead.engine.model_runner import ModelRunner, Rows
 from lookahead.engine.numerics import KEY_ALIGN
-from lookahead.models.lean import ENV, LeanDecoder, lean_decoder
+from lookahead.models.lean import ENV, LANES, LeanDecoder, lean_decoder, norm_lanes
 from lookahead.models.self_draft import SelfDraft
 from lookahead.testing import tiny_model
 
@@ -79,6 +79,7 @@ def test_the_lean_forward_gives_the_models_own_bits(dtype: torch.dtype, exact: b
         assert (runner.lean is not None) == (lean == "1")
         if runner.lean is not None:  # bfloat16 takes the kernel's rotary and norm scaling (it must build here)
             assert runner.lean._kernel_parts == (dtype == torch.bfloat16), exact_kernel.status()
+            assert (runner.lean._lanes in LANES) == (dtype == torch.bfloat16)  # whole norms on the kernel
         results[lean] = _passes(runner, lm, views=exact)
     (own, own_cache), (fast, fast_cache) = results["0"], results["1"]
     assert len(own) == len(fast) == 4
@@ -170,5 +171,25 @@ def test_the_kernels_rotary_and_norm_scaling_are_pytorchs_to_the_bit() -> None:
     variance = h.to(torch.float32).pow(2).mean(-1, keepdim=True)
     with torch.no_grad():
         assert torch.equal(kern.rms_scale(h, variance, norm.weight, norm.variance_epsilon), norm(h))
+        # the whole norm, its variance summed in PyTorch's order (found by norm_lanes on this build)
+        lanes = norm_lanes(kern, 48)
+        assert lanes in LANES, "the kernel's sum matches none of PyTorch's vector widths on rows of 48"
+        assert torch.equal(kern.variance(h, lanes), variance)
+        assert torch.equal(kern.rms_norm(h, norm.weight, norm.variance_epsilon, lanes), norm(h))
     with pytest.raises(RuntimeError, match="bfloat16"):
         kern.rotary_qk(q.float(), k, cos, sin, 16)
+
+
+def test_the_variance_is_summed_in_pytorchs_order_and_another_order_shows() -> None:
+    # Widths with a scalar tail (100, 17), whole vectors past the last row of four (40 = 5 vectors of 8),
+    # and one long enough for the sum's cascade of levels (70,000). Float32 variances, compared bit for bit.
+    kern = exact_kernel.kernel()
+    assert kern is not None, exact_kernel.status()
+    g = torch.Generator().manual_seed(5)
+    for width in (17, 40, 100, 576, 70_000):
+        rows = (torch.randn(64, width, generator=g) * torch.logspace(-6, 6, 64)[:, None]).to(torch.bfloat16)
+        want = rows.to(torch.float32).pow(2).mean(-1, keepdim=True)
+        lanes = norm_lanes(kern, width)
+        assert lanes in LANES and torch.equal(kern.variance(rows, lanes), want), width
+        if width >= 100:  # the probe can tell orders apart: some other width of vectors sums otherwise
+            assert any(not torch.equal(kern.variance(rows, other), want) for other in LANES if other != lanes)

@@ -356,6 +356,7 @@ std::vector<at::Tensor> rotary_qk(const at::Tensor& q, const at::Tensor& k, cons
 at::Tensor rms_scale(const at::Tensor& x, const at::Tensor& variance, const at::Tensor& weight, double eps);
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, int64_t lanes);
 at::Tensor variance(const at::Tensor& x, int64_t lanes);
+void keep_rows_(const std::vector<at::Tensor>& buffers, int64_t lo, int64_t hi, int64_t prefix, const at::Tensor& src);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("scores", &scores, "scaled, masked q.k for every row and key (see the file's header)");
@@ -371,6 +372,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("x"), py::arg("tiled"), py::arg("bias") = py::none());
   m.def("rotary_qk", &rotary_qk, "bfloat16 q and k rotated as apply_rotary_pos_emb does it, per head (lean_kernel.cpp)");
   m.def("rms_scale", &rms_scale, "bfloat16 LlamaRMSNorm after its variance, same bits (lean_kernel.cpp)");
+  m.def("keep_rows_", &keep_rows_, "a cache's kept entries moved into place, every buffer in one call (lean_kernel.cpp)");
   m.def("variance", &variance, "bfloat16 rows' mean square as rms_norm sums it (lean_kernel.cpp)");
   m.def("rms_norm", &rms_norm, "bfloat16 LlamaRMSNorm whole, its sum in PyTorch's order for `lanes` (lean_kernel.cpp)");
 }

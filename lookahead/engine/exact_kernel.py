@@ -100,6 +100,12 @@ def tiles(dtype: torch.dtype) -> bool:
     return module is not None and bool(module.linear_supported())
 
 
+def loaded() -> Any | None:
+    """The extension where an earlier call already built or loaded it, else None (never builds: a model
+    that needs none of its kernels, float32 say, does not pay a compile for a helper)."""
+    return _built.get("module")
+
+
 def lean_parts(dtype: torch.dtype) -> bool:
     """Do bfloat16 Llama layers on the lean path (models/lean.py) rotate q and k and scale their norms on
     the kernel (lean_kernel.cpp: same bits, fewer calls)?"""

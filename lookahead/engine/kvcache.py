@@ -34,6 +34,8 @@ from collections.abc import Sequence
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
+from lookahead.engine import exact_kernel
+
 
 class Selection:
     """The slots the next pass runs over, shared by a cache and its layers."""
@@ -89,9 +91,34 @@ class GrowableLayer(DynamicLayer):
             setattr(self, name, new)
 
     def _views(self, end: int) -> None:
+        """keys/values become the selected slots' first `end` entries, sliced when next read: a step's
+        compaction and crops change every layer's length, and only the next pass reads the views."""
+        self._end, self._stale = end, True
+
+    def _refresh(self) -> None:
         lo, hi = self._span()
-        self.keys = self._k[lo:hi, :, :end]
-        self.values = self._v[lo:hi, :, :end]
+        self._keys, self._values = self._k[lo:hi, :, : self._end], self._v[lo:hi, :, : self._end]
+        self._stale = False
+
+    @property
+    def keys(self) -> torch.Tensor | None:  # type: ignore[override]
+        if getattr(self, "_stale", False):
+            self._refresh()
+        return self._keys
+
+    @keys.setter
+    def keys(self, value: torch.Tensor | None) -> None:
+        self._keys = value
+
+    @property
+    def values(self) -> torch.Tensor | None:  # type: ignore[override]
+        if getattr(self, "_stale", False):
+            self._refresh()
+        return self._values
+
+    @values.setter
+    def values(self, value: torch.Tensor | None) -> None:
+        self._values = value
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         """key_states/value_states: [B, H, Q, D] for the B selected slots; each slot's go after its own
@@ -219,6 +246,16 @@ class KVCache(Cache):
                     layer.crop(prefix + n - layer.length)
                 else:
                     layer.set_length(slot, prefix + n)
+            return
+        kern = exact_kernel.loaded()
+        if kern is not None and n and all(layer.is_initialized for layer in self.layers):
+            # every layer's keys and values in one call (engine/lean_kernel.cpp), then the lengths
+            lo, hi = self.layers[0]._span() if slot is None else (slot, slot + 1)
+            kern.keep_rows_([t for layer in self.layers for t in (layer._k, layer._v)], lo, hi, prefix, rows)
+            for layer in self.layers:
+                for s in range(lo, hi):
+                    layer.lengths[s] = prefix + n
+                layer._views(layer.length)
             return
         for layer in self.layers:
             layer.keep(prefix, rows, slot)

@@ -15,6 +15,11 @@
 //       width (`norm_lanes`), and keeps rms_scale otherwise.
 //   variance(x [..., D] bfloat16, lanes) -> [..., 1] float32: x.float().pow(2).mean(-1, keepdim=True)
 //       as rms_norm computes it (compared bit for bit with PyTorch's before rms_norm is used).
+//   keep_rows_(buffers: [S, H, T, D] each, contiguous, any dtype; lo, hi, prefix, src [n] int64)
+//       in place: in slots lo..hi-1 of every buffer, entries prefix + 0..n-1 take what entries
+//       prefix + src[0..n-1] held (all read before any is written, as index_select then a copy does).
+//       engine/kvcache.py's compaction of a step's kept entries, every layer's keys and values in one
+//       call instead of four PyTorch calls a layer.
 //
 // PyTorch computes a bfloat16 product or sum in float32 and rounds it to bfloat16 (to nearest, ties to
 // even); float32 products, sums, square roots and quotients are correctly rounded, vectorised or not.
@@ -30,6 +35,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 namespace {
@@ -184,4 +190,31 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, i
     for (int64_t i = 0; i < D; ++i) op[r * D + i] = bf(f(wp[i]) * f(bf(f(row[i]) * inv)));
   }
   return out;
+}
+
+void keep_rows_(const std::vector<at::Tensor>& buffers, int64_t lo, int64_t hi, int64_t prefix, const at::Tensor& src) {
+  TORCH_CHECK(src.device().is_cpu() && src.scalar_type() == at::kLong && src.dim() == 1, "src must be a 1-D int64 CPU tensor");
+  const at::Tensor idx = src.contiguous();
+  const int64_t n = idx.numel();
+  const int64_t* at = idx.data_ptr<int64_t>();
+  int64_t top = -1;
+  for (int64_t j = 0; j < n; ++j) {
+    TORCH_CHECK(at[j] >= 0, "src entries must be >= 0");
+    top = std::max(top, at[j]);
+  }
+  std::vector<char> held;
+  for (const at::Tensor& b : buffers) {
+    TORCH_CHECK(b.device().is_cpu() && b.dim() == 4 && b.is_contiguous(), "buffers must be contiguous [S, H, T, D] CPU tensors");
+    const int64_t H = b.size(1), T = b.size(2), row = b.size(3) * b.element_size();
+    TORCH_CHECK(0 <= lo && lo <= hi && hi <= b.size(0) && prefix >= 0 && prefix + top < T,
+                "keep_rows_: slots or entries out of range");
+    held.resize(static_cast<size_t>(n * row));
+    char* base = static_cast<char*>(b.data_ptr());
+    for (int64_t s = lo; s < hi; ++s)
+      for (int64_t h = 0; h < H; ++h) {
+        char* head = base + ((s * H + h) * T + prefix) * row;
+        for (int64_t j = 0; j < n; ++j) std::memcpy(held.data() + j * row, head + at[j] * row, row);  // read all first
+        std::memcpy(head, held.data(), static_cast<size_t>(n * row));
+      }
+  }
 }

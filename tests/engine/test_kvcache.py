@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from lookahead import LookaheadConfig
@@ -125,3 +126,34 @@ def test_a_step_reports_each_computed_rows_predecessor_for_recycling() -> None:
     assert rows[:4] == [r, x, y, z] and len(rows) > 4  # the aux out rows come last
     assert outcome.predecessors == [(a, b), (b, r), (r, x), (b, r)] + [()] * (len(rows) - 4)
     assert all(len(top) == 3 for _, top in outcome.successors)
+
+
+def test_compaction_in_one_kernel_call_equals_the_per_layer_copies(monkeypatch: pytest.MonkeyPatch) -> None:
+    # KVCache.keep moves every layer's kept entries in one call when lookahead's extension is loaded
+    # (engine/lean_kernel.cpp keep_rows_), else with PyTorch per layer. Both must leave the same buffers:
+    # three layers, three slots of which the last two are selected, bfloat16 and float64, kept rows out of
+    # order and in order but not in place.
+    from lookahead.engine import exact_kernel
+
+    assert exact_kernel.kernel() is not None, exact_kernel.status()
+    for dtype in (torch.bfloat16, torch.float64):
+        caches = []
+        for loaded in (True, False):
+            monkeypatch.setattr(exact_kernel, "loaded", (lambda: exact_kernel.kernel()) if loaded else (lambda: None))
+            cache = KVCache(slots=3)
+            cache.select(0, 3)
+            for layer in range(3):  # a 9-entry prompt in each slot, then a 6-entry step in slots 1 and 2
+                k = torch.randn(3, 2, 9, 4, generator=torch.Generator().manual_seed(layer)).to(dtype)
+                cache.update(k, -k, layer)
+            cache.select(1, 3)
+            for layer in range(3):
+                k = torch.randn(2, 2, 6, 4, generator=torch.Generator().manual_seed(10 + layer)).to(dtype)
+                cache.update(k, 2 * k, layer)
+            cache.keep(9, torch.tensor([4, 0, 2]))  # both selected slots
+            cache.keep(12, torch.tensor([1]), slot=2)  # one slot, one entry moved down
+            caches.append(cache)
+        fast, slow = caches
+        assert fast.slot_lengths() == slow.slot_lengths() == [12, 13] and fast.get_seq_length() == 13
+        for a, b in zip(fast.layers, slow.layers):
+            assert torch.equal(a._k, b._k) and torch.equal(a._v, b._v)
+            assert torch.equal(a.keys, b.keys) and a.keys.shape[-2] == 13

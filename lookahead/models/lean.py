@@ -215,11 +215,12 @@ class LeanDecoder:
             else:
                 hidden = layer(hidden, attention_mask=mask, position_embeddings=(cos, sin),
                                position_ids=position_ids, cache=cache, use_cache=use_cache)
+        hidden = self.norm(hidden)  # every row, as the model's forward norms them (hooks on it see them all)
         if isinstance(logits_to_keep, torch.Tensor):  # row indices, as transformers' models take them
             hidden = hidden[:, logits_to_keep]
         elif logits_to_keep:
             hidden = hidden[:, -logits_to_keep:]
-        return LeanOutput(logits=self.lm_head(self.norm(hidden)))
+        return LeanOutput(logits=self.lm_head(hidden))
 
 
 def lean_decoder(model: Any) -> LeanDecoder | None:

@@ -49,8 +49,10 @@ def _passes(runner: ModelRunner, lm: object, views: bool) -> tuple[list[torch.Te
     out += runner.forward_batch(cache, [tree])
     cache.crop(n - cache.get_seq_length())
     chain = Rows(torch.tensor([5, 6, 7]), torch.arange(n, n + 3), torch.ones(3, 3, dtype=torch.bool).tril_(),
-                 torch.tensor([0, 2]))  # two of three logit rows kept
-    out += runner.forward_batch(cache, [chain])
+                 torch.tensor([0, 2]))  # two of three logit rows kept, and every row's final hidden state
+    out += runner.forward_batch(cache, [chain], states=True)
+    assert runner.states is not None and runner.states.shape[:2] == (1, 3)
+    out.append(runner.states[0])
     cache.select(1, 2)
     runner.prefill(cache, list(range(50, 61)))
     cache.select(0, 2)  # two sequences of different lengths in one pass
@@ -82,7 +84,7 @@ def test_the_lean_forward_gives_the_models_own_bits(dtype: torch.dtype, exact: b
             assert (runner.lean._lanes in LANES) == (dtype == torch.bfloat16)  # whole norms on the kernel
         results[lean] = _passes(runner, lm, views=exact)
     (own, own_cache), (fast, fast_cache) = results["0"], results["1"]
-    assert len(own) == len(fast) == 4
+    assert len(own) == len(fast) == 5
     for a, b in zip(own, fast):
         assert a.shape == b.shape and torch.equal(a, b)
     assert own_cache.slot_lengths() == fast_cache.slot_lengths()

@@ -37,7 +37,8 @@ from lookahead.engine.query import build_query
 
 CURVE_VERSION = 8  # 3: rounds scaled by their own mean; 4: keys padded to 256; 5: per-device key chunks;
 # 6: exact bfloat16 passes on the C++ kernel (engine/exact_kernel.py); 7: its own softmax; 8: its scores
-# over dimension pairs (scores_kernel.cpp); older: re-timed
+# over dimension pairs (scores_kernel.cpp); older: re-timed. Passes through the lean forward (models/lean.py)
+# are timed apart from the model's own forward's (`lean` in the key)
 DEFAULT_WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 MEASURE_CONTEXT = 256  # cached tokens under the timed passes
 VIEWS_WIDTH = 9  # rows of the timed pass with a key view (root + two chains of 5 and 3 nodes)
@@ -215,7 +216,7 @@ def curve_from(seconds: Mapping[int | str, float], floor: int | None = None) -> 
     return CostCurve(widths, floor, views=max(0.0, seconds.get("views", 0.0) / widths[1]))
 
 
-_CURVES: weakref.WeakKeyDictionary[Any, dict[tuple[int | None, bool, bool], CostCurve]] = weakref.WeakKeyDictionary()
+_CURVES: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], CostCurve]] = weakref.WeakKeyDictionary()
 
 
 def cost_curve(model: Any, runner: Any, cache_file: Path | None = None, cache_key: str = "",
@@ -227,14 +228,15 @@ def cost_curve(model: Any, runner: Any, cache_file: Path | None = None, cache_ke
     measure now and overwrite what is stored (`lookahead profile`)."""
     per_model = _CURVES.setdefault(model, {})
     quantum = getattr(runner, "quantum", 1)
-    kind = (runner.floor, runner.exact_attention, getattr(runner, "views", False), quantum)
+    lean = getattr(runner, "lean", None) is not None  # the lean forward's passes cost otherwise (models/lean.py)
+    kind = (runner.floor, runner.exact_attention, getattr(runner, "views", False), quantum, lean)
     if kind in per_model and not remeasure:
         return per_model[kind]
     if getattr(model, "_lookahead_flat_costs", False):
         curve = CostCurve.flat(runner.floor)
     else:
         key = (f"{cache_key}|floor={runner.floor}|exact={runner.exact_attention}|views={getattr(runner, 'views', False)}"
-               f"|quantum={quantum}|chunk={getattr(runner, 'key_chunk', 0)}|v{CURVE_VERSION}")
+               f"|quantum={quantum}|chunk={getattr(runner, 'key_chunk', 0)}|lean={lean}|v{CURVE_VERSION}")
         stored = read_json(cache_file).get(key) if cache_file is not None and not remeasure else None
         try:
             curve = CostCurve.from_json(stored, runner.floor)  # type: ignore[arg-type]

@@ -23,6 +23,7 @@ import torch
 from lookahead.cachefile import read_json, update_json
 from lookahead.engine import exact_kernel
 from lookahead.errors import ConfigError
+from lookahead.models.lean import enabled as lean_enabled
 from lookahead.models.packing import PACKING_VERSION, pack_linears
 from lookahead.models.registry import cache_root
 
@@ -49,8 +50,9 @@ def cpu_flags() -> frozenset[str]:
 
 @functools.lru_cache(maxsize=1)
 def device_signature() -> str:
-    """Identifies the machine's kernels for the dtype cache: CPU model, torch version, threads, and whether
-    exact passes run on lookahead's own attention kernel (engine/exact_kernel.py; other numerics)."""
+    """Identifies the machine's kernels for the dtype cache: CPU model, torch version, threads, whether
+    exact passes run on lookahead's own attention kernel (engine/exact_kernel.py; other numerics) and
+    whether Llama layers run lean (models/lean.py; other timings)."""
     model = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -59,7 +61,9 @@ def device_signature() -> str:
                 break
     except OSError:
         pass
-    return f"{model}|torch {torch.__version__}|threads {torch.get_num_threads()}|exact kernel {exact_kernel.status()}"
+    lean = "on" if lean_enabled() else "off"  # the lean forward changes speed (not bits): timings are its own
+    return (f"{model}|torch {torch.__version__}|threads {torch.get_num_threads()}|exact kernel {exact_kernel.status()}"
+            f"|lean forward {lean}")
 
 
 def supported(device: str = "cpu") -> tuple[str, ...]:

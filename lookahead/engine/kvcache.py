@@ -248,7 +248,7 @@ class KVCache(Cache):
                     layer.set_length(slot, prefix + n)
             return
         kern = exact_kernel.loaded()
-        if kern is not None and n and all(layer.is_initialized for layer in self.layers):
+        if kern is not None and n and rows.dtype == torch.long and all(layer.is_initialized for layer in self.layers):
             # every layer's keys and values in one call (engine/lean_kernel.cpp), then the lengths
             lo, hi = self.layers[0]._span() if slot is None else (slot, slot + 1)
             kern.keep_rows_([t for layer in self.layers for t in (layer._k, layer._v)], lo, hi, prefix, rows)

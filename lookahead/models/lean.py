@@ -17,7 +17,10 @@ checkpoints that load as them) take the lean path, and only under an attention i
 function takes nothing beyond what is passed here (SDPA, eager, the engine's exact attention). Any
 other layer is called as its module, with the arguments the model's own forward gives it, so a family
 this module does not know runs exactly as before. Modules with hooks are called as modules too; the
-final norm always is (the engine reads hidden states off it with a hook).
+final norm always is (the engine reads hidden states off it with a hook). In bfloat16 on CPU, each
+layer's rotary embedding and its two norms run on lookahead's kernel (engine/lean_kernel.cpp), which
+repeats PyTorch's rounding element by element, the norms' variance summed in PyTorch's own order
+(`norm_lanes`).
 
 Measured (SmolLM2-135M, bfloat16, 2 Zen 4 cores, passes over 256 cached keys, interleaved):
 README, "Measured: a lean forward pass". LOOKAHEAD_LEAN_FORWARD=0 runs the model's own forward.
@@ -145,7 +148,7 @@ def norm_lanes(kern: Any, width: int) -> int:
 def _llama_layer(p: _LlamaParts, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: Any, cache: Any,
                  attend: Callable[..., tuple[torch.Tensor, Any]], kern: Any, lanes: int) -> torch.Tensor:
     """One LlamaDecoderLayer on h [B, Q, D]: the same operations as its forward, in the same order (with
-    `kern`, bfloat16: the rotary embedding and the norms' scaling each in one call, same bits).
+    `kern`, bfloat16: the rotary embedding and each norm in one call, same bits; `lanes`: see norm_lanes).
     cos/sin: [B, Q, hd] with `kern`, else [B, 1, Q, hd] (broadcast over heads)."""
     b, q = h.shape[:2]
     heads = (b, q, -1, p.head_dim)
@@ -183,11 +186,13 @@ class LeanDecoder:
         plain = impl in PLAIN_ATTENTION
         self.lean = [plain and lean_layer(layer) for layer in self.layers]
         self._parts = [_llama_parts(layer) if lean else None for layer, lean in zip(self.layers, self.lean)]
-        # bfloat16 weights and activations: rotary and norm scaling on lookahead's kernel where it built
-        self._kernel_parts = all(p is None or (p.norm1.weight.dtype == p.norm2.weight.dtype == torch.bfloat16)
-                                 for p in self._parts) and exact_kernel.lean_parts(self.embed_tokens.weight.dtype)
+        # bfloat16 weights on CPU: rotary and norms on lookahead's kernel where it builds (never built for a GPU)
+        weight = self.embed_tokens.weight
+        self._kernel_parts = weight.device.type == "cpu" and all(
+            p is None or p.norm1.weight.dtype == p.norm2.weight.dtype == torch.bfloat16 for p in self._parts
+        ) and exact_kernel.lean_parts(weight.dtype)
         kern = exact_kernel.kernel() if self._kernel_parts else None
-        self._lanes = norm_lanes(kern, int(self.embed_tokens.weight.shape[-1])) if kern is not None else 0
+        self._lanes = norm_lanes(kern, int(weight.shape[-1])) if kern is not None else 0
 
     @property
     def lean_layers(self) -> int:

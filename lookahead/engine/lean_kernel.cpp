@@ -1,5 +1,6 @@
-// Two pieces of a Llama decoder layer in one call each, with the bits of the PyTorch operations they
-// replace (models/lean.py calls them for bfloat16 on CPU; engine/exact_kernel.py builds them).
+// Pieces of a Llama decoder layer and of the KV cache in one call each, with the bits of the PyTorch
+// operations they replace (models/lean.py and engine/kvcache.py call them; engine/exact_kernel.py
+// builds them).
 //
 //   rotary_qk(q [B, Q, H*D], k [B, Q, Hkv*D], cos [B, Q, D], sin [B, Q, D], D), all bfloat16
 //       -> (q [B, H, Q, D], k [B, Hkv, Q, D]), contiguous: transformers' apply_rotary_pos_emb,
@@ -24,9 +25,9 @@
 // PyTorch computes a bfloat16 product or sum in float32 and rounds it to bfloat16 (to nearest, ties to
 // even); float32 products, sums, square roots and quotients are correctly rounded, vectorised or not.
 // So each element here is the same sequence of correctly rounded operations, and gets the same bits
-// (tests/engine/test_lean_forward.py compares them). What it saves is calls: ~20 of PyTorch's a layer
-// (views, slices, casts, products) in two, each costing microseconds of dispatch for a few hundred
-// elements. The variance's sum stays PyTorch's: its order of additions is PyTorch's own.
+// (tests/engine/test_lean_forward.py compares them); a sum of many terms (the norm's variance) adds them
+// in PyTorch's order. What it saves is calls: ~25 of PyTorch's a layer (views, slices, casts, products,
+// reductions) in three, each costing microseconds of dispatch for a few hundred elements.
 
 #include <torch/extension.h>
 

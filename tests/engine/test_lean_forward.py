@@ -19,6 +19,7 @@ from lookahead.engine.attention import install
 from lookahead.engine.kvcache import KVCache
 from lookahead.engine.model_runner import ModelRunner, Rows
 from lookahead.engine.numerics import KEY_ALIGN
+from lookahead.models.dtypes import device_signature
 from lookahead.models.lean import ENV, LANES, LeanDecoder, lean_decoder, norm_lanes
 from lookahead.models.self_draft import SelfDraft
 from lookahead.testing import tiny_model
@@ -102,6 +103,8 @@ def test_every_layer_of_a_llama_runs_lean_and_other_families_run_their_own_forwa
         assert lean_decoder(tiny_model(arch, seed=0).model) is None, arch
     monkeypatch.setenv(ENV, "0")
     assert lean_decoder(llama) is None
+    # timings are kept per forward: the device signature names the switch (memoised: its uncached body)
+    assert device_signature.__wrapped__().endswith("|lean forward off")
     monkeypatch.setenv(ENV, "1")
     llama.train()
     assert lean_decoder(llama) is None  # training: dropout and the rest are the model's business

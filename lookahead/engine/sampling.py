@@ -102,6 +102,7 @@ def nucleus(x: torch.Tensor, top_p: float) -> torch.Tensor:
     top, order = torch.topk(x, k, dim=-1)  # [R, k], descending
     p = probs.gather(-1, order)
     kept = (torch.cumsum(p, dim=-1) - p) < top_p  # [R, k]: mass before each rank below p (a prefix)
+    kept[:, 0] = True  # the best token always: a top_p under float32's least value compares as 0 (0 < 0)
     cut = top.gather(-1, kept.sum(dim=-1, keepdim=True) - 1)  # [R, 1]: the last kept token's value
     if k < vocab:
         for r in torch.nonzero(kept[:, -1]).flatten().tolist():  # rows whose cut lies past their k best

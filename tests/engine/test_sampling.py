@@ -78,6 +78,15 @@ def test_top_p_keeps_the_smallest_set_reaching_p() -> None:
     assert kept == [True, True, True, False]
 
 
+@pytest.mark.parametrize("top_p", [5e-324, 1e-30, 1e-7])
+def test_top_p_below_float32_resolution_keeps_the_best_token(top_p: float) -> None:
+    # 5e-324 (the server's fuzzer sent it) becomes 0 in a float32 comparison: the mass before the best
+    # token (0) is then not below it, yet the best token must stay (a sample always has a token)
+    logits = torch.log(torch.tensor([[0.2, 0.5, 0.3], [0.6, 0.1, 0.3]]))
+    kept = torch.isfinite(process_logits(logits, SamplingConfig(temperature=1.0, top_p=top_p))).tolist()
+    assert kept == [[False, True, False], [True, False, False]]
+
+
 def test_top_p_keeps_every_token_tied_with_the_last_one_kept() -> None:
     # Probabilities 0.4, 0.2, 0.2, 0.2 and top_p 0.5: 0.4 (mass before 0) and one 0.2 (mass before 0.4)
     # are kept, and the next 0.2 (mass before 0.6) would not be; but the three 0.2s are the same value,

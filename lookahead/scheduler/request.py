@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
 from lookahead.candidates.ngram_cache import NGramCache
@@ -20,16 +20,13 @@ from lookahead.config import GenerationConfig
 from lookahead.engine.allocator import Allocation, Candidates, chain_first
 from lookahead.engine.calibration import Calibrator
 from lookahead.engine.draft import CandidateTree, Draft, Proposer, ReportsDraftCost, StepOutcome
+from lookahead.engine.realization import Realization
 from lookahead.engine.sampling import TokenChooser
 from lookahead.engine.sources import HISTORY, WantsStates
 from lookahead.engine.step import StepItem
 from lookahead.engine.stopping import StopState
 from lookahead.errors import PromptError
 from lookahead.models.loader import LoadedModel
-
-
-REALIZATION_PRIOR = 1.0  # pseudo-tokens promised and realized before any step (a ratio of 1)
-REALIZATION_DECAY = 0.9  # weight kept by older steps
 
 
 @dataclass
@@ -127,18 +124,21 @@ class Request:
         self.started = time.perf_counter()
         self.decode_started = self.started
         self.draft: Draft | None = None
-        # Tree-level realization (decayed sums): the extra tokens the verified nodes' path probabilities
-        # promised, and those the steps accepted. Per-guess calibration still overrates a whole tree
-        # (its guesses are not independent), so the allocator sees every probability scaled by the
-        # ratio (at most 1): a request whose steps deliver less than promised speculates less.
-        self._promised = REALIZATION_PRIOR
-        self._realized = REALIZATION_PRIOR
+        # The allocator sees every probability scaled by this request's realization: accepted over
+        # promised extra tokens, decayed, learned from unverified steps too (engine/realization.py).
+        self._realization = Realization()
         self._promised_now = 0.0
 
     @property
     def realization(self) -> float:
-        """Accepted / promised extra tokens over recent speculative steps (1 before any evidence)."""
-        return min(1.0, self._realized / self._promised)
+        """Accepted / promised extra tokens over recent steps, at most 1 (1 before any evidence)."""
+        return self._realization.ratio
+
+    def shadow(self, nodes: Sequence[int]) -> None:
+        """Nodes of this step's draft that it would have verified at face value but that its realization
+        priced out: scored against the tokens that follow (engine/realization.py). Before `item`."""
+        assert self.draft is not None, "propose() comes before shadow()"
+        self._realization.shadow(len(self.context), self.draft.tree, nodes)
 
     @property
     def finished(self) -> bool:
@@ -204,8 +204,7 @@ class Request:
         stats.processed_tokens += outcome.query_tokens
         stats.guesses_verified += outcome.candidate_tokens
         if self._promised_now > 0:
-            self._promised = REALIZATION_DECAY * self._promised + self._promised_now
-            self._realized = REALIZATION_DECAY * self._realized + len(outcome.accepted) - 1
+            self._realization.record(self._promised_now, len(outcome.accepted) - 1)
             self._promised_now = 0.0
         emitted: list[int] = []
         for token, source in zip(outcome.accepted, outcome.accepted_sources):
@@ -214,6 +213,7 @@ class Request:
             if self.state.push(token):
                 break
         self.context.extend(emitted)
+        self._realization.resolve(self.context)
         self.chooser.forget_before(len(self.context))
         if stats.steps == 1:
             stats.ttft_s = time.perf_counter() - self.started

@@ -16,7 +16,8 @@ root rows use it up and the step becomes plain batched decoding.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from functools import partial
+from dataclasses import dataclass, replace
 
 from lookahead.engine.allocator import allocate_batch
 from lookahead.engine.costs import CostCurve, cost_curve
@@ -173,9 +174,17 @@ class Scheduler:
         # The allocator prices each width as it will run: padded within the same limit.
         limit = max_rows if self.runner.model.floor else widest * batch
         curve = self.curve
-        plans = allocate_batch(wanted, lambda k: curve(k, limit),
-                               max_width=max(widest, max(c.fixed or 1 for c in wanted)), max_rows=max_rows,
-                               views_cost=(lambda k: curve.with_views(k, limit)) if self.runner.views else None)
+        price = partial(curve, most=limit)
+        views = partial(curve.with_views, most=limit) if self.runner.views else None
+        plans = allocate_batch(wanted, price, max_width=max(widest, max(c.fixed or 1 for c in wanted)),
+                               max_rows=max_rows, views_cost=views)
+        # A request its realization priced out of speculating still learns what its guesses would have
+        # delivered: the nodes it would have verified at face value, scored on the tokens that follow.
+        for request, want, plan in zip(self.active, wanted, plans):
+            if not plan.nodes and want.fixed is None and len(want.tree) and request.realization < 1.0:
+                face = allocate_batch([replace(want, probs=want.tree.probs)], price, max_width=want.max_width,
+                                      max_rows=max_rows, views_cost=views)[0]
+                request.shadow(face.nodes)
         items = [r.item(plan) for r, plan in zip(self.active, plans)]
         self.runner.pad_to = lambda k: curve.pad_to(k, limit)
         # 4. One pass.

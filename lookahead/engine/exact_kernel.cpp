@@ -358,6 +358,9 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, i
 at::Tensor variance(const at::Tensor& x, int64_t lanes);
 void keep_rows_(const std::vector<at::Tensor>& buffers, int64_t lo, int64_t hi, int64_t prefix, const at::Tensor& src);
 
+// topk_kernel.cpp, likewise
+std::tuple<at::Tensor, at::Tensor, bool> top_rows(const at::Tensor& x, int64_t k);
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("scores", &scores, "scaled, masked q.k for every row and key (see the file's header)");
   m.def("softmax_", &softmax_, "each row's softmax in place, its sum in fixed point (see softmax_rows)");
@@ -374,5 +377,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rms_scale", &rms_scale, "bfloat16 LlamaRMSNorm after its variance, same bits (lean_kernel.cpp)");
   m.def("keep_rows_", &keep_rows_, "a cache's kept entries moved into place, every buffer in one call (lean_kernel.cpp)");
   m.def("variance", &variance, "bfloat16 rows' mean square as rms_norm sums it (lean_kernel.cpp)");
+  m.def("top_rows", &top_rows, "each row's k largest values, descending, ties by index, and their indices (topk_kernel.cpp)");
   m.def("rms_norm", &rms_norm, "bfloat16 LlamaRMSNorm whole, its sum in PyTorch's order for `lanes` (lean_kernel.cpp)");
 }

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from lookahead.config import SamplingConfig
+from lookahead.engine import exact_kernel
 
 _MIX = 0x9E3779B97F4A7C15  # odd 64-bit constant (golden ratio) for seed mixing
 _NARROW = (torch.bfloat16, torch.float16)  # float32 holds every value of these exactly
@@ -32,24 +33,25 @@ class Largest(NamedTuple):
 
 def largest(logits: torch.Tensor, k: int) -> Largest:
     """The k largest logits of each row and their indices, [R, V] -> ([R, k], [R, k]), descending: the
-    values torch.topk(logits, k, dim=-1) gives; from TWO_PASS_FROM tokens on, in two cheaper passes
-    (under it, torch.topk's own result). Equal values come in no stated order, and where they tie across
-    the k-th place which of them are in is not stated either (as with torch.topk; sorting the k by index
-    as well cost a step 0.1-0.4 ms, more than the second pass saves).
+    values torch.topk(logits, k, dim=-1) gives. Rows are independent (a row's result does not depend on
+    the rows beside it). Equal values: see `_kernel_top`, else in no stated order (as with torch.topk).
 
-    First every row's maximum per block of BLOCK logits, then the k largest logits among the k blocks
-    with the largest maxima. Those blocks hold the k largest values: a logit in any other block is at
-    most each of those k maxima, k values in distinct blocks, so it is among the k largest only through
-    a tie, and an equal value then takes its place. Rows are independent (a row's result does not depend
-    on the rows beside it). bfloat16/float16 rows are compared widened to float32 (exact; CPU reductions
-    over them are several times slower); the values come back in the logits' dtype.
+    Where lookahead's extension is loaded (a bfloat16 model built it; engine/topk_kernel.cpp) and the
+    logits are bfloat16 or float32 on the CPU: one pass over each row (`_kernel_top`). Else, from
+    TWO_PASS_FROM tokens on, two passes: first every row's maximum per block of BLOCK logits, then the k
+    largest logits among the k blocks with the largest maxima. Those blocks hold the k largest values: a
+    logit in any other block is at most each of those k maxima, k values in distinct blocks, so it is
+    among the k largest only through a tie, and an equal value then takes its place. bfloat16/float16
+    rows are compared widened to float32 (exact; CPU reductions over them are several times slower); the
+    values come back in the logits' dtype. Under TWO_PASS_FROM, one torch.topk.
 
     Why: a lookahead step reads the top-k predictions of every row it computed (recycled successors).
-    Timed inside decoding steps on the same logits (bfloat16, Zen 4, 2 threads, median): Gemma 3's
-    262,144 tokens, ~8 rows, 1.95 ms with torch.topk against 0.87-1.04 ms; SmolLM2's 49,152, ~5 rows,
-    0.19 against 0.18 ms, and prompts a-f ran 2-3% slower in two runs with it than without (tied logits
-    then list other successors first). So vocabularies under TWO_PASS_FROM take one torch.topk. (Timed
-    alone in a loop the gap looks larger, 2x and 4-5x: warm caches.)"""
+    SmolLM2's 49,152 bfloat16 logits, 7 rows, k = 8 (Zen 4, 2 threads, timed alone): torch.topk 259 us,
+    the kernel 23 us; Gemma 3's 262,144 tokens, 8 rows: 1,339 against 89 us. (The two passes, timed
+    inside decoding steps: Gemma 3 1.95 ms with torch.topk against 0.87-1.04 ms.)"""
+    top = _kernel_top(logits, k)
+    if top is not None:
+        return top
     rows, vocab = logits.shape
     if vocab < TWO_PASS_FROM or k * BLOCK * 4 > vocab:  # one pass is as cheap
         return Largest(*torch.topk(logits, k, dim=-1))
@@ -65,6 +67,20 @@ def largest(logits: torch.Tensor, k: int) -> Largest:
     if pad and bool((indices >= vocab).any()):  # a row with fewer than k logits above -inf picked padding
         return Largest(*torch.topk(logits, k, dim=-1))
     return Largest(values.to(logits.dtype), indices)
+
+
+def _kernel_top(logits: torch.Tensor, k: int) -> Largest | None:
+    """`largest` on lookahead's kernel (engine/topk_kernel.cpp): one walk over each row, equal values by
+    ascending index (the first k of a stable descending sort; k = 1: argmax's first maximum). None where
+    the extension is not loaded (never built for this: a float32 model pays no compile), the logits are
+    not bfloat16/float32 [R, V] on the CPU, or a row holds a NaN (torch ranks NaN first; the caller's
+    PyTorch path then does)."""
+    kern = exact_kernel.loaded()
+    if (kern is None or logits.dim() != 2 or logits.device.type != "cpu" or not 1 <= k <= logits.shape[-1]
+            or logits.dtype not in (torch.bfloat16, torch.float32)):
+        return None
+    values, indices, nan = kern.top_rows(logits.contiguous(), k)
+    return None if nan else Largest(values, indices)
 
 
 def process_logits(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
@@ -171,6 +187,9 @@ class TokenChooser:
         if self.cfg.greedy and top is not None:
             return first_maximum(logits, *top)
         if self.cfg.greedy:
+            first = _kernel_top(logits, 1)  # equal maxima by index: argmax's first (~0.02 ms for 7 rows, not 0.23)
+            if first is not None:
+                return first.indices[:, 0].tolist()
             if logits.dtype in _NARROW:  # widened first: same values, same first maximum, and torch's CPU
                 logits = logits.float()  # argmax over bf16 rows is ~5x slower (0.7 ms for [8, 49152] here)
             return logits.argmax(dim=-1).tolist()

@@ -151,7 +151,8 @@ def test_greedy_read_off_the_top_k_is_the_first_maximum(dtype: torch.dtype) -> N
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64])
 def test_largest_gives_topk_values_from_the_blocks_with_the_largest_maxima(dtype: torch.dtype,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sampling, "TWO_PASS_FROM", 0)  # two passes at any vocabulary size
+    monkeypatch.setattr(sampling, "TWO_PASS_FROM", 0)
+    monkeypatch.setattr(sampling, "_kernel_top", lambda logits, k: None)  # PyTorch's path (kernel: test_topk_kernel.py)  # two passes at any vocabulary size
     # 5,000 logits a row (39 whole blocks of 128 and a last block of 8), k = 8: the two-pass path.
     vocab, k = 5000, 8
     assert k * BLOCK * 4 <= vocab
@@ -181,6 +182,7 @@ def test_largest_gives_topk_values_from_the_blocks_with_the_largest_maxima(dtype
 
 def test_largest_falls_back_to_topk_where_padding_would_be_picked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sampling, "TWO_PASS_FROM", 0)
+    monkeypatch.setattr(sampling, "_kernel_top", lambda logits, k: None)  # PyTorch's path (kernel: test_topk_kernel.py)
     # 4,993 logits: 39 whole blocks and a last block of one logit (column 4992) and 127 of padding (-inf).
     # Row 0 has one logit above -inf, in that last block: its block comes first, and the 7 other places go
     # to -inf values, of which the padding right after column 4992 would be picked first (columns past
@@ -194,8 +196,9 @@ def test_largest_falls_back_to_topk_where_padding_would_be_picked(monkeypatch: p
     assert indices[0, 0] == 4992 and indices[1].tolist() == list(range(4992, 4984, -1))
 
 
-def test_vocabularies_under_the_two_pass_size_take_one_topk() -> None:
-    # SmolLM2's 49,152 tokens and a tiny model's 100: torch.topk's own result, ties and all
+def test_vocabularies_under_the_two_pass_size_take_one_topk(monkeypatch: pytest.MonkeyPatch) -> None:
+    # SmolLM2's 49,152 tokens and a tiny model's 100, without lookahead's kernel: torch.topk's own result
+    monkeypatch.setattr(sampling, "_kernel_top", lambda logits, k: None)
     for vocab in (100, 49_152):
         assert vocab < sampling.TWO_PASS_FROM
         rows = torch.randn(3, vocab, generator=torch.Generator().manual_seed(0)).bfloat16()
@@ -206,6 +209,7 @@ def test_vocabularies_under_the_two_pass_size_take_one_topk() -> None:
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_greedy_read_off_largest_is_the_first_maximum(dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sampling, "TWO_PASS_FROM", 0)
+    monkeypatch.setattr(sampling, "_kernel_top", lambda logits, k: None)  # PyTorch's path (kernel: test_topk_kernel.py)
     # What a lookahead step does: the k largest by `largest`, the greedy token read off them. Ties for the
     # maximum on both sides of a block edge and far apart; the first (column 127) must win.
     rows = torch.randn(3, 6000, generator=torch.Generator().manual_seed(5), dtype=torch.float64).to(dtype)

@@ -34,26 +34,32 @@ classes, n = sys.argv[1].split(","), int(sys.argv[2])
 strategy = sys.argv[3] if len(sys.argv) > 3 else "lookahead"
 wl = os.environ.get("WL", "workloads")
 generate(M, "warm up", max_new_tokens=8, strategy=strategy)
+
+
+def decode(request, arm: str, learned: tuple[Calibrator, SuccessorTable]) -> dict:
+    """One workload request in one arm, with that arm's learned state for the class."""
+    ARM["v"] = arm
+    sampling = SamplingConfig(temperature=request.temperature, top_p=request.top_p, top_k=request.top_k,
+                              seed=request.effective_seed)
+    prompt = request.chat() if request.prompt is None else request.prompt
+    g = generate(M, prompt, raw=request.prompt is not None, max_new_tokens=128, strategy=strategy, sampling=sampling,
+                 calibrator=learned[0], successors=learned[1])
+    s = g.stats
+    return {"ids": g.token_ids, "dec": s.decode_s, "tps": len(g.token_ids) / s.steps, "q": s.processed_tokens / s.steps,
+            "spec": s.speculative_steps / s.steps}
+
+
 out = []
 for c in classes:
     learned = {a: (Calibrator(), SuccessorTable()) for a in ARMS}
     for i, r in enumerate(parse_workload(f"{wl}/{c}.jsonl")[:n]):
-        samp = SamplingConfig(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, seed=r.effective_seed)
-        res = {}
-        for arm in ARMS[i % len(ARMS):] + ARMS[:i % len(ARMS)]:
-            ARM["v"] = arm
-            cal, suc = learned[arm]
-            g = generate(M, r.chat() if r.prompt is None else r.prompt, raw=r.prompt is not None, max_new_tokens=128,
-                         strategy=strategy, sampling=samp, calibrator=cal, successors=suc)
-            s = g.stats
-            res[arm] = dict(ids=g.token_ids, dec=s.decode_s, steps=s.steps, q=s.processed_tokens, n=len(g.token_ids),
-                            spec=s.speculative_steps)
-        base = res[ARMS[0]]
-        row = dict(cls=c, id=r.id, n=base["n"], same=all(res[a]["ids"] == base["ids"] for a in ARMS),
-                   speed=base["dec"] / res["shadows"]["dec"],
-                   **{f"tps {a}": res[a]["n"] / res[a]["steps"] for a in ARMS},
-                   **{f"q {a}": res[a]["q"] / res[a]["steps"] for a in ARMS},
-                   **{f"spec {a}": res[a]["spec"] / res[a]["steps"] for a in ARMS})
+        rotated = ARMS[i % len(ARMS):] + ARMS[:i % len(ARMS)]  # who goes first alternates
+        res = {arm: decode(r, arm, learned[arm]) for arm in rotated}
+        row = {"cls": c, "id": r.id, "n": len(res[ARMS[0]]["ids"]),
+               "same": all(res[a]["ids"] == res[ARMS[0]]["ids"] for a in ARMS),
+               "speed": res["verified-only"]["dec"] / res["shadows"]["dec"]}
+        for key in ("tps", "q", "spec"):
+            row.update({f"{key} {a}": res[a][key] for a in ARMS})
         out.append(row)
         print(json.dumps(row), flush=True)
 

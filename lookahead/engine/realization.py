@@ -1,10 +1,11 @@
 """A request's realization: the share of its guesses' promised tokens that its steps actually delivered.
 
 The calibrator (engine/calibration.py) prices each guess from what the requests of a class taught it, and
-a whole tree's promise is the sum of its nodes' path probabilities. A request whose text is unlike what
-taught it (a fresh passage after copyable ones) gets promises its steps do not keep, so the allocator
-sees every probability scaled by this request's ratio of accepted to promised extra tokens (decayed
-sums, at most 1).
+a whole tree's promise is the sum of its nodes' path probabilities. That overrates a tree where its
+guesses are not independent (sources that copy the same passage), and a request whose text is unlike
+what taught the calibrator (a fresh passage after copyable ones) gets promises its steps do not keep.
+So the allocator sees every probability scaled by this request's ratio of accepted to promised extra
+tokens (decayed sums, at most 1).
 
 A ratio learned only from verified guesses can trap a request: a few early misses push it low, the
 allocator then verifies nothing, and a step that verifies nothing says nothing about the guesses, so the

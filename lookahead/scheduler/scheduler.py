@@ -16,8 +16,8 @@ root rows use it up and the step becomes plain batched decoding.
 from __future__ import annotations
 
 import time
-from functools import partial
 from dataclasses import dataclass, replace
+from functools import partial
 
 from lookahead.engine.allocator import allocate_batch
 from lookahead.engine.costs import CostCurve, cost_curve

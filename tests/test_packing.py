@@ -285,6 +285,34 @@ def test_a_member_called_out_of_turn_still_gets_its_own_output() -> None:
             assert torch.equal(getattr(attention, name)(x), own(name, x)), name
 
 
+def test_a_stacks_members_in_one_call_get_their_own_outputs() -> None:
+    # group_runner: q, k and v (in that order) are one stack, so one call hands each its own output;
+    # members of two stacks, a stack's members out of order or one short, or a plain layer: no runner
+    lm = tiny_model("llama", dtype=torch.bfloat16, seed=1)
+    attention, mlp = lm.model.model.layers[0].self_attn, lm.model.model.layers[0].mlp
+    plain = {n: copy.deepcopy(getattr(attention, n)) for n in ("q_proj", "k_proj", "v_proj")}
+    pack_linears(lm.model)
+    q, k, v = attention.q_proj, attention.k_proj, attention.v_proj
+    run = packing.group_runner([q, k, v])
+    assert run is not None
+    assert packing.group_runner([k, q, v]) is None and packing.group_runner([q, k]) is None
+    assert packing.group_runner([q, k, mlp.up_proj]) is None and packing.group_runner([attention.o_proj]) is None
+    assert packing.group_runner([]) is None
+    x = torch.randn(2, 3, q.in_features, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
+    with torch.no_grad():
+        outs = run(x)
+        assert [o.shape[-1] for o in outs] == [q.out_features, k.out_features, v.out_features]
+        for name, out in zip(("q_proj", "k_proj", "v_proj"), outs):
+            assert torch.equal(out, plain[name](x)), name
+    assert q.stacked._last is None  # the runner holds nothing between calls
+    # where gradients are wanted the stack cannot serve (its kernel records none): each member's own
+    # forward (the plain linear) runs, as it would alone
+    outs = run(x)
+    assert all(o.requires_grad for o in outs)
+    for name, out in zip(("q_proj", "k_proj", "v_proj"), outs):
+        assert torch.equal(out, getattr(attention, name)(x)), name
+
+
 def test_a_stack_that_changes_bits_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
     # stacked products a nudge off their members' own: the layers stay packed one by one
     lm = tiny_model("llama", dtype=torch.bfloat16, seed=1)

@@ -36,6 +36,7 @@ from typing import Any, NamedTuple
 import torch
 
 from lookahead.engine import exact_kernel
+from lookahead.models.packing import group_runner
 
 ENV = "LOOKAHEAD_LEAN_FORWARD"
 # attention implementations whose functions need no keyword beyond mask, dropout and scaling
@@ -105,6 +106,8 @@ class _LlamaParts(NamedTuple):
     up: Callable[[torch.Tensor], torch.Tensor]
     down: Callable[[torch.Tensor], torch.Tensor]
     act: Callable[[torch.Tensor], torch.Tensor]
+    qkv: Callable[[torch.Tensor], Sequence[torch.Tensor]] | None  # q, k and v in one call where stacked (packing)
+    gate_up: Callable[[torch.Tensor], Sequence[torch.Tensor]] | None  # gate and up likewise
     attn: Any  # the attention module, as the attention function takes it
     index: int  # its layer index in the cache
     head_dim: int
@@ -115,7 +118,8 @@ def _llama_parts(layer: Any) -> _LlamaParts:
     a, m = layer.self_attn, layer.mlp
     return _LlamaParts(layer.input_layernorm, a.q_proj.forward, a.k_proj.forward, a.v_proj.forward, a.o_proj.forward,
                        layer.post_attention_layernorm, m.gate_proj.forward, m.up_proj.forward, m.down_proj.forward,
-                       m.act_fn.forward, a, a.layer_idx, a.head_dim, a.scaling)
+                       m.act_fn.forward, group_runner([a.q_proj, a.k_proj, a.v_proj]),
+                       group_runner([m.gate_proj, m.up_proj]), a, a.layer_idx, a.head_dim, a.scaling)
 
 
 def _norm_on_kernel(kern: Any, norm: Any, h: torch.Tensor, lanes: int) -> torch.Tensor:
@@ -152,20 +156,21 @@ def _llama_layer(p: _LlamaParts, h: torch.Tensor, cos: torch.Tensor, sin: torch.
     cos/sin: [B, Q, hd] with `kern`, else [B, 1, Q, hd] (broadcast over heads)."""
     b, q = h.shape[:2]
     heads = (b, q, -1, p.head_dim)
+    x = _rms_norm(p.norm1, h) if kern is None else _norm_on_kernel(kern, p.norm1, h, lanes)
+    qx, kx, vx = p.qkv(x) if p.qkv is not None else (p.q(x), p.k(x), p.v(x))  # [B, Q, H*hd], [B, Q, Hkv*hd] x2
     if kern is not None:
-        x = _norm_on_kernel(kern, p.norm1, h, lanes)
-        query, key = kern.rotary_qk(p.q(x), p.k(x), cos, sin, p.head_dim)  # [B, H, Q, hd], [B, Hkv, Q, hd]
+        query, key = kern.rotary_qk(qx, kx, cos, sin, p.head_dim)  # [B, H, Q, hd], [B, Hkv, Q, hd]
     else:
-        x = _rms_norm(p.norm1, h)
-        query = _rotary(p.q(x).view(heads).transpose(1, 2), cos, sin)  # [B, H, Q, hd]
-        key = _rotary(p.k(x).view(heads).transpose(1, 2), cos, sin)  # [B, Hkv, Q, hd]
-    value = p.v(x).view(heads).transpose(1, 2)  # [B, Hkv, Q, hd]
+        query = _rotary(qx.view(heads).transpose(1, 2), cos, sin)  # [B, H, Q, hd]
+        key = _rotary(kx.view(heads).transpose(1, 2), cos, sin)  # [B, Hkv, Q, hd]
+    value = vx.view(heads).transpose(1, 2)  # [B, Hkv, Q, hd]
     if cache is not None:
         key, value = cache.update(key, value, p.index)  # [B, Hkv, K, hd]
     out, _ = attend(p.attn, query, key, value, mask, dropout=0.0, scaling=p.scaling)  # [B, Q, H, hd]
     h = h + p.o(out.reshape(b, q, -1).contiguous())
     x = _rms_norm(p.norm2, h) if kern is None else _norm_on_kernel(kern, p.norm2, h, lanes)
-    return h + p.down(p.act(p.gate(x)) * p.up(x))
+    gate, up = p.gate_up(x) if p.gate_up is not None else (p.gate(x), p.up(x))  # [B, Q, I] each
+    return h + p.down(p.act(gate) * up)
 
 
 class LeanDecoder:

@@ -48,7 +48,7 @@ The packed copy is extra memory (about the size of the linear weights); `load(pa
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -185,7 +185,7 @@ class _Stacked:
         take two vectors (at most 2 x 32 bf16 elements) an iteration and leave the remainder of each
         contiguous run to a scalar loop, so a run of the view's width leaves none. (Copying every part
         cost the pass most of what stacking saves: 3 small copies ~25 us a layer at 4 rows.)"""
-        parts = _run_packed(x, self.packed, self.bias).split(self.sizes, dim=-1)
+        parts = torch.split_with_sizes(_run_packed(x, self.packed, self.bias), self.sizes, dim=-1)
         return [part if part.shape[-1] % VIEW_WIDTH == 0 else part.contiguous() for part in parts]
 
     def take(self, x: torch.Tensor, member: int) -> torch.Tensor:
@@ -242,6 +242,30 @@ class PackedProjection(nn.Module):
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
                 f"packed with its siblings (member {self.member})")
+
+
+def group_runner(members: Sequence[nn.Module]) -> Callable[[torch.Tensor], Sequence[torch.Tensor]] | None:
+    """One call giving each of `members` its output for an input x [..., in] (a list [..., out_i]), where
+    they are exactly the members of one stack, in order: the stacked matmul and its split, without a
+    module call, the checks and the hand-over (`_Stacked.take`) per member (a decoder layer that knows
+    its siblings read one input, models/lean.py, calls this once for them). Inputs the stack cannot take
+    go through the members' own forward, as each would alone. None where `members` are not one stack."""
+    if not members or not all(type(m) is PackedProjection for m in members):
+        return None
+    stacked: _Stacked = members[0].stacked  # type: ignore[assignment]
+    if len(members) != len(stacked.sizes) or any(m.stacked is not stacked or m.member != i  # type: ignore[union-attr]
+                                                 for i, m in enumerate(members)):
+        return None
+    dtype, device = members[0]._dtype, members[0]._device  # type: ignore[union-attr]
+    weights = [m.weight for m in members]
+
+    def run(x: torch.Tensor) -> Sequence[torch.Tensor]:
+        if x.dtype != dtype or x.device != device or (
+                torch.is_grad_enabled() and (x.requires_grad or any(w.requires_grad for w in weights))):
+            return [m(x) for m in members]
+        return stacked.run(x)
+
+    return run
 
 
 def _plain_matmul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:

@@ -196,8 +196,11 @@ def exact_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: 
         # the C++ kernel (engine/exact_kernel.cpp): the products and the softmax in a fixed order per
         # output, probabilities kept in float32. A row's result depends on its own visible keys only,
         # wherever masked keys sit between them, so tree branches need no key views.
-        scores = _kernel_scores(query, key, attention_mask, scale)  # [B, Hkv, G*Q, K'] float32
         kern = exact_kernel.kernel()
+        if k % 16 == 0:  # the three steps below in one call (exact passes' keys are a multiple of KEY_ALIGN)
+            query = query if query.stride(-1) == 1 else query.contiguous()
+            return kern.attend(query, key, value, _kernel_mask(attention_mask, b, q, k, query.device), scale), None  # [B, Q, H, D]
+        scores = _kernel_scores(query, key, attention_mask, scale)  # [B, Hkv, G*Q, K'] float32
         probs = kern.softmax_(scores)  # in place
         value = _pad_keys(value, probs.shape[-1])  # [B, Hkv, K', D]: zero values under the padded keys
         return kern.weighted(probs, value).view(b, h, q, d).transpose(1, 2).contiguous(), None
@@ -238,13 +241,20 @@ def _kernel_scores(query: torch.Tensor, key: torch.Tensor, attention_mask: torch
     (exact passes' keys are already a multiple of KEY_ALIGN; other key counts get masked zero keys)."""
     b, _, q, d = query.shape
     k = key.shape[2]
-    mask = attention_mask[:, 0, :, :k].float() if attention_mask is not None else query.new_zeros((b, q, k),
-                                                                                                    dtype=torch.float32)
+    mask = _kernel_mask(attention_mask, b, q, k, query.device)
     if k % 16:
         key = _pad_keys(key, k + -k % 16)
         mask = F.pad(mask, (0, -k % 16), value=float("-inf"))
     query = query if query.stride(-1) == 1 else query.contiguous()
-    return exact_kernel.kernel().scores(query, key, mask.expand(b, q, -1), scale)
+    return exact_kernel.kernel().scores(query, key, mask, scale)
+
+
+def _kernel_mask(attention_mask: torch.Tensor | None, b: int, q: int, k: int,
+                 device: torch.device) -> torch.Tensor:
+    """The kernel's mask [B, Q, K] float32 from the model's [B, 1, Q, >=K] (zeros where there is none)."""
+    if attention_mask is None:
+        return torch.zeros((b, q, k), dtype=torch.float32, device=device)
+    return attention_mask[:, 0, :, :k].float().expand(b, q, -1)
 
 
 def _pad_keys(t: torch.Tensor, width: int) -> torch.Tensor:

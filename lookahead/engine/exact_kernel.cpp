@@ -340,6 +340,17 @@ at::Tensor weighted(const at::Tensor& p, const at::Tensor& v) {
   return out;
 }
 
+// The three in one call: weighted(softmax_(scores(q, k, mask, scale)), v) laid out [B, Q, H, D] (row g*Q + i
+// of kv head h is query head h*G + g, position i), as transformers' attention functions return it; the same
+// operations as the three calls from Python, without a crossing and a reshape each.
+at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const c10::optional<at::Tensor>& mask,
+                  double scale) {
+  TORCH_CHECK(v.dim() == 4 && v.size(2) == k.size(2), "value: expected [B, Hkv, K, D] with the keys' K");
+  at::Tensor s = scores(q, k, mask, scale);  // [B, Hkv, G*Q, K] float32
+  softmax_(s);
+  return weighted(s, v).view({q.size(0), q.size(1), q.size(2), v.size(3)}).transpose(1, 2).contiguous();
+}
+
 // prefill_kernel.cpp, built into this extension (engine/exact_kernel.py)
 bool prefill_supported();
 at::Tensor causal_prefill(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale,
@@ -365,6 +376,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("scores", &scores, "scaled, masked q.k for every row and key (see the file's header)");
   m.def("softmax_", &softmax_, "each row's softmax in place, its sum in fixed point (see softmax_rows)");
   m.def("weighted", &weighted, "probability-weighted value sums, keys in order (see the file's header)");
+  m.def("attend", &attend, "scores, softmax and weighted values in one call, out [B, Q, H, D] (see `attend`)");
   m.def("dp_scores_supported", &dp_scores_supported, "do bfloat16 scores sum dimension pairs (scores_kernel.cpp)?");
   m.def("prefill_supported", &prefill_supported, "was causal_prefill built (AVX-512 BF16)?");
   m.def("causal_prefill", &causal_prefill, "a prompt's causal attention over its own keys (prefill_kernel.cpp)",

@@ -191,6 +191,28 @@ def test_shapes_it_cannot_take_are_refused(kern) -> None:
         kern.scores(q, torch.zeros(1, 1, 20, 16, dtype=torch.bfloat16), None, 1.0)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("head_dim", [16, 64])
+@pytest.mark.parametrize("masked", [True, False])
+def test_attend_is_the_three_steps_in_one_call(kern, dtype: torch.dtype, head_dim: int, masked: bool) -> None:
+    # attend = weighted(softmax_(scores)), laid out [B, Q, H, D] as the attention functions return it:
+    # bit for bit, grouped heads (6 over 3), 2 sequences, 4 rows, 64 keys (a row's last keys masked)
+    gen = torch.Generator().manual_seed(head_dim)
+    query = torch.randn(2, 6, 4, head_dim, generator=gen).to(dtype)
+    key = torch.randn(2, 3, 64, head_dim, generator=gen).to(dtype)
+    value = torch.randn(2, 3, 64, head_dim, generator=gen).to(dtype)
+    mask = torch.zeros(2, 4, 64)
+    mask[:, 1, 50:] = float("-inf")
+    mask = mask if masked else None
+    steps = kern.weighted(kern.softmax_(kern.scores(query, key, mask, 0.125)), value)  # [B, Hkv, G*Q, D]
+    want = steps.view(2, 6, 4, head_dim).transpose(1, 2)
+    out = kern.attend(query, key, value, mask, 0.125)
+    assert out.shape == (2, 4, 6, head_dim) and out.is_contiguous() and out.dtype == dtype
+    assert torch.equal(out, want)
+    with pytest.raises(RuntimeError, match="value"):
+        kern.attend(query, key, value[:, :, :48], mask, 0.125)
+
+
 def test_exact_attention_runs_bfloat16_on_the_kernel(kern, monkeypatch: pytest.MonkeyPatch) -> None:
     # In an exact pass, bfloat16 attention goes through the kernel, scores, softmax and value sums (keys not
     # a multiple of 16 are padded with masked zeros), and agrees with float64 attention; float32 and
@@ -205,16 +227,18 @@ def test_exact_attention_runs_bfloat16_on_the_kernel(kern, monkeypatch: pytest.M
 
     monkeypatch.setattr(exact_kernel, "kernel", lambda: Counting())
     gen = torch.Generator().manual_seed(3)
-    for dtype, used in ((torch.bfloat16, ["scores", "softmax_", "weighted"]), (torch.float32, []), (torch.float64, [])):
+    # 48 keys (whole 16-key blocks, as exact passes have them): the three steps in one call
+    for keys, dtype, used in ((40, torch.bfloat16, ["scores", "softmax_", "weighted"]), (48, torch.bfloat16, ["attend"]),
+                              (40, torch.float32, []), (40, torch.float64, [])):
         calls.clear()
         query = torch.randn(1, 4, 3, 16, generator=gen).to(dtype)
-        key = torch.randn(1, 2, 40, 16, generator=gen).to(dtype)
-        value = torch.randn(1, 2, 40, 16, generator=gen).to(dtype)
-        mask = torch.zeros(1, 1, 3, 40, dtype=torch.promote_types(dtype, torch.float32))
+        key = torch.randn(1, 2, keys, 16, generator=gen).to(dtype)
+        value = torch.randn(1, 2, keys, 16, generator=gen).to(dtype)
+        mask = torch.zeros(1, 1, 3, keys, dtype=torch.promote_types(dtype, torch.float32))
         mask[..., 33:] = float("-inf")
         with exact_passes():
             out, _ = exact_attention(None, query, key, value, mask, scaling=0.25)  # [B, Q, H, D]
-        assert calls == used, dtype
+        assert calls == used, (keys, dtype)
         tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
         torch.testing.assert_close(out.transpose(1, 2).double(), _reference(query, key, value, mask[:, 0], 0.25),
                                    rtol=tol, atol=tol)

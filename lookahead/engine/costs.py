@@ -35,14 +35,16 @@ from lookahead.engine.model_runner import Rows
 from lookahead.engine.numerics import KEY_ALIGN
 from lookahead.engine.query import build_query
 
-CURVE_VERSION = 8  # 3: rounds scaled by their own mean; 4: keys padded to 256; 5: per-device key chunks;
+CURVE_VERSION = 9  # 3: rounds scaled by their own mean; 4: keys padded to 256; 5: per-device key chunks;
 # 6: exact bfloat16 passes on the C++ kernel (engine/exact_kernel.py); 7: its own softmax; 8: its scores
-# over dimension pairs (scores_kernel.cpp); older: re-timed. Passes through the lean forward (models/lean.py)
+# over dimension pairs (scores_kernel.cpp); 9: its attention in one call, stacked projections in one call
+# each (wider passes gained more); older: re-timed. Passes through the lean forward (models/lean.py)
 # are timed apart from the model's own forward's (`lean` in the key)
 DEFAULT_WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 MEASURE_CONTEXT = 256  # cached tokens under the timed passes
 VIEWS_WIDTH = 9  # rows of the timed pass with a key view (root + two chains of 5 and 3 nodes)
 VIEWS_ROUNDS = 4  # the views surcharge is timed over at least 3x this many rounds
+PRIOR_STEPS = 2.0  # `observe`: the measured curve's weight against a width's observed steps, in steps
 
 
 class CostCurve:
@@ -62,7 +64,10 @@ class CostCurve:
             raise ValueError(f"the key views' surcharge must be >= 0, got {views}")
         self.views = views  # extra cost of a pass with key views, in one-row passes
         self._scale: float | None = None  # EMA of seconds per unit of relative cost (t(1) in seconds)
-        self._fixes: dict[tuple[int, bool], float] = {}  # (width, key views) -> EMA of observed / predicted
+        self._fixes: dict[tuple[int, bool], float] = {}  # (width, key views) -> observed / predicted (see observe)
+        # (width, key views) -> decayed sums of observed / predicted and of observations, and the prior's weight
+        self._sums: dict[tuple[int, bool], tuple[float, float, float]] = {}
+        self._seen: dict[bool, list[int]] = {False: [], True: []}  # key views -> observed widths, ascending
         self._cheapest: list[tuple[int, float]] | None = None  # [i]: the cheapest of widths[i:] (see pad_to)
 
     def __call__(self, width: int, most: int | None = None) -> float:
@@ -72,11 +77,29 @@ class CostCurve:
 
     def with_views(self, width: int, most: int | None = None) -> float:
         """Relative cost of a pass of `width` rows in which tree branches are verified over key views."""
-        k = self.pad_to(width, most)
-        return (self._base(k) + self.views) * self._fixes.get((k, True), 1.0)
+        return self._learned(self.pad_to(width, most), True)
 
     def _cost(self, k: int) -> float:
-        return self._base(k) * self._fixes.get((k, False), 1.0)
+        return self._learned(k, False)
+
+    def _learned(self, k: int, views: bool) -> float:
+        """A width's cost as the engine's timings have corrected it. A width never observed between two
+        observed ones costs at most the line between their corrected costs: the measured curve (a few
+        noisy rounds, maybe from another day's load) may price it too high, and a width the allocator
+        never picks would never be timed to correct that (SmolLM2 bf16 here: 6 rows stored at 1.42, 8
+        at 1.45, so steps ran 4 or 8 rows, never 6; timed again, 6 rows cost 1.20). The first step run
+        there corrects it (see `observe`)."""
+        base = self._base(k) + (self.views if views else 0.0)
+        fix = self._fixes.get((k, views))
+        if fix is not None:
+            return base * fix
+        seen = self._seen[views]
+        i = bisect.bisect_left(seen, k)
+        if 0 < i < len(seen):  # observed widths on both sides
+            lo, hi = seen[i - 1], seen[i]
+            c_lo, c_hi = self._learned(lo, views), self._learned(hi, views)
+            return min(base, c_lo + (k - lo) / (hi - lo) * (c_hi - c_lo))
+        return base
 
     def pad_to(self, width: int, most: int | None = None) -> int:
         """The width to run `width` rows at: itself, or a wider measured width that costs less. Some
@@ -132,7 +155,17 @@ class CostCurve:
         base, d = self._base(k) + (self.views if views else 0.0), self.decay
         unit = seconds / base
         self._scale = unit if self._scale is None else d * self._scale + (1 - d) * unit
-        self._fixes[(k, views)] = d * self._fixes.get((k, views), 1.0) + (1 - d) * unit / self._scale
+        # The correction: a decayed mean of observed / predicted, beside a prior of 1 (the measured curve)
+        # worth PRIOR_STEPS steps that decays like them, so a width's first steps already move it
+        # (a fixed weight of 1 / (1 - decay) = 10 steps made a mispriced width that is rarely run
+        # look right until ten steps had run there).
+        key = (k, views)
+        ratio, steps, prior = self._sums.get(key, (0.0, 0.0, PRIOR_STEPS))
+        ratio, steps, prior = d * ratio + unit / self._scale, d * steps + 1.0, d * prior
+        self._sums[key] = (ratio, steps, prior)
+        self._fixes[key] = (prior + ratio) / (prior + steps)
+        if k not in self._seen[views]:
+            bisect.insort(self._seen[views], k)
         self._cheapest = None
 
     @property

@@ -186,6 +186,47 @@ def test_cost_curve_interpolates_extrapolates_and_refines() -> None:
         CostCurve({2: 1.0})
 
 
+def test_a_width_never_timed_costs_at_most_the_line_between_timed_ones() -> None:
+    # stored: 6 rows at 1.6 one-row passes, more than 8 (a noisy or stale measurement, or a real bump)
+    curve = CostCurve({1: 1.0, 4: 1.2, 6: 1.6, 8: 1.5, 16: 2.5})
+
+    def own(k: int) -> float:  # a width's own price (curve(k) alone pads to a cheaper wider width)
+        return curve(k, most=k)
+
+    assert own(6) == pytest.approx(1.6) and curve(6) == pytest.approx(1.5)  # nothing timed yet: as stored
+    for _ in range(5):  # 4 and 8 rows timed at just what the curve says (t(1) = 10 ms)
+        curve.observe(4, 0.012)
+        curve.observe(8, 0.015)
+    # 6 rows were never timed: at most the line from 4 (1.2) to 8 (1.5); 5 and 7 likewise (both under it)
+    assert own(6) == pytest.approx(1.35) and own(7) == pytest.approx(1.425) and own(5) == pytest.approx(1.275)
+    assert curve.pad_to(6) == 6  # so 6 rows now run as 6, not padded to 8, and get timed
+    # below the lowest and above the highest timed width: no line to lean on, as stored
+    assert own(2) == pytest.approx(1 + 0.2 / 3) and own(12) == pytest.approx(2.0)
+    # 6 rows timed as slow as stored: its own timings win (a real bump stays)
+    for _ in range(3):
+        curve.observe(6, 0.016)
+    assert own(6) == pytest.approx(1.6, rel=0.02)
+    # the views passes' widths are their own: none of them was timed
+    assert curve.with_views(7, most=7) == pytest.approx(1.55)
+
+
+def test_a_widths_first_timed_steps_move_its_cost() -> None:
+    # 8 rows stored at 1.5 one-row passes, really 1.2: one timed step moves it a third of the way (the
+    # stored curve weighs two steps), three steps most of the way; many steps all the way
+    curve = CostCurve({1: 1.0, 8: 1.5})
+    for _ in range(30):
+        curve.observe(1, 0.010)
+    curve.observe(8, 0.012)
+    assert curve(8) / curve(1) == pytest.approx(1.5 - 0.3 / 3, rel=0.01)
+    curve.observe(8, 0.012)
+    curve.observe(8, 0.012)
+    assert curve(8) / curve(1) < 1.35
+    for _ in range(60):
+        curve.observe(1, 0.010)
+        curve.observe(8, 0.012)
+    assert curve(8) / curve(1) == pytest.approx(1.2, rel=0.02)
+
+
 def test_a_pass_is_padded_to_a_cheaper_wider_width() -> None:
     # float32 MKL on a 2-core CPU: 8 rows cost less than 4 (measured 1.86 vs 2.0 one-row passes), so
     # 3..7 rows run as 8 (dummy rows are free to add) and cost what 8 cost; 2 rows stay 2.
@@ -227,7 +268,14 @@ def test_padding_follows_the_refined_curve() -> None:
     for width, seconds in [(1, 0.01), (8, 0.056), (4, 0.012)] * 40:
         curve.observe(width, seconds)
         assert all(curve.pad_to(k) == searched(k) for k in range(1, 20))
-    assert curve.pad_to(3) == 4 and curve.pad_to(5) == 5
+    # 3 rows were never timed: between the observed 1 and 4 they are priced at most on the line between
+    # those (the stored 2.2 may be stale), so 3 rows run as 3 and get timed; where they turn out as slow
+    # as stored (2.2 one-row passes), 3 rows run as 4 again
+    assert curve.pad_to(3) == 3 and curve.pad_to(5) == 5
+    for _ in range(3):
+        curve.observe(3, 0.022)
+        assert all(curve.pad_to(k) == searched(k) for k in range(1, 20))
+    assert curve.pad_to(3) == 4
 
 
 # -- one budget across a batch (allocate_batch) ---------------------------------------------------

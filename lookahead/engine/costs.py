@@ -88,7 +88,9 @@ class CostCurve:
         noisy rounds, maybe from another day's load) may price it too high, and a width the allocator
         never picks would never be timed to correct that (SmolLM2 bf16 here: 6 rows stored at 1.42, 8
         at 1.45, so steps ran 4 or 8 rows, never 6; timed again, 6 rows cost 1.20). The first step run
-        there corrects it (see `observe`)."""
+        there corrects it (see `observe`). The line is not followed below the narrower width's cost: where
+        a wider width was timed cheaper (noise, or a kernel's real dip), padding already goes there, and a
+        one-row step must not leave its width for an untimed one on a guess."""
         base = self._base(k) + (self.views if views else 0.0)
         fix = self._fixes.get((k, views))
         if fix is not None:
@@ -98,7 +100,7 @@ class CostCurve:
         if 0 < i < len(seen):  # observed widths on both sides
             lo, hi = seen[i - 1], seen[i]
             c_lo, c_hi = self._learned(lo, views), self._learned(hi, views)
-            return min(base, c_lo + (k - lo) / (hi - lo) * (c_hi - c_lo))
+            return min(base, max(c_lo + (k - lo) / (hi - lo) * (c_hi - c_lo), c_lo))
         return base
 
     def pad_to(self, width: int, most: int | None = None) -> int:

@@ -210,6 +210,18 @@ def test_a_width_never_timed_costs_at_most_the_line_between_timed_ones() -> None
     assert curve.with_views(7, most=7) == pytest.approx(1.55)
 
 
+def test_a_width_never_timed_is_not_priced_below_a_narrower_timed_one() -> None:
+    # 4 rows timed a little cheaper than 1 (noise): the line from 1 to 4 would price 2 rows under one row,
+    # and a one-row step would move to an untimed width on that guess; 2 rows cost at least what 1 does
+    curve = CostCurve({1: 1.0, 2: 1.05, 4: 1.1})
+    for _ in range(10):
+        curve.observe(1, 0.0100)
+        curve.observe(4, 0.0098)
+    assert curve(4, most=4) < curve(1, most=1)  # so far the timings
+    assert curve(2, most=2) == pytest.approx(curve(1, most=1))  # not the line's 0.99: at least one row's cost
+    assert curve.pad_to(1, 2) == 1 and curve.pad_to(1) == 4  # within 2 rows one row stays one; unlimited, the timed 4
+
+
 def test_a_widths_first_timed_steps_move_its_cost() -> None:
     # 8 rows stored at 1.5 one-row passes, really 1.2: one timed step moves it a third of the way (the
     # stored curve weighs two steps), three steps most of the way; many steps all the way

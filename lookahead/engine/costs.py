@@ -87,8 +87,8 @@ class CostCurve:
         observed ones costs at most the line between their corrected costs: the measured curve (a few
         noisy rounds, maybe from another day's load) may price it too high, and a width the allocator
         never picks would never be timed to correct that (SmolLM2 bf16 here: 6 rows stored at 1.42, 8
-        at 1.45, so steps ran 4 or 8 rows, never 6; timed again, 6 rows cost 1.20). The first step run
-        there corrects it (see `observe`). The line is not followed below the narrower width's cost: where
+        at 1.45, so code requests ran 4 or 8 rows and 6 was never timed). The first steps run there
+        correct it (see `observe`). The line is not followed below the narrower width's cost: where
         a wider width was timed cheaper (noise, or a kernel's real dip), padding already goes there, and a
         one-row step must not leave its width for an untimed one on a guess."""
         base = self._base(k) + (self.views if views else 0.0)

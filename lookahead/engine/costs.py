@@ -64,8 +64,8 @@ class CostCurve:
             raise ValueError(f"the key views' surcharge must be >= 0, got {views}")
         self.views = views  # extra cost of a pass with key views, in one-row passes
         self._scale: float | None = None  # EMA of seconds per unit of relative cost (t(1) in seconds)
-        self._fixes: dict[tuple[int, bool], float] = {}  # (width, key views) -> observed / predicted (see observe)
         # (width, key views) -> decayed sums of observed / predicted and of observations, and the prior's weight
+        # (its correction: see observe)
         self._sums: dict[tuple[int, bool], tuple[float, float, float]] = {}
         self._seen: dict[bool, list[int]] = {False: [], True: []}  # key views -> observed widths, ascending
         self._cheapest: list[tuple[int, float]] | None = None  # [i]: the cheapest of widths[i:] (see pad_to)
@@ -92,9 +92,10 @@ class CostCurve:
         a wider width was timed cheaper (noise, or a kernel's real dip), padding already goes there, and a
         one-row step must not leave its width for an untimed one on a guess."""
         base = self._base(k) + (self.views if views else 0.0)
-        fix = self._fixes.get((k, views))
-        if fix is not None:
-            return base * fix
+        sums = self._sums.get((k, views))
+        if sums is not None:
+            ratio, steps, prior = sums
+            return base * (prior + ratio) / (prior + steps)
         seen = self._seen[views]
         i = bisect.bisect_left(seen, k)
         if 0 < i < len(seen):  # observed widths on both sides
@@ -164,8 +165,7 @@ class CostCurve:
         key = (k, views)
         ratio, steps, prior = self._sums.get(key, (0.0, 0.0, PRIOR_STEPS))
         ratio, steps, prior = d * ratio + unit / self._scale, d * steps + 1.0, d * prior
-        self._sums[key] = (ratio, steps, prior)
-        self._fixes[key] = (prior + ratio) / (prior + steps)
+        self._sums[key] = (ratio, steps, prior)  # the correction: (prior + ratio) / (prior + steps)
         if k not in self._seen[views]:
             bisect.insort(self._seen[views], k)
         self._cheapest = None

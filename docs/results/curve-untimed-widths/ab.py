@@ -29,6 +29,10 @@ from lookahead.engine import costs  # noqa: E402
 class StoredFirst(costs.CostCurve):
     """The estimator before: corrections an exponential average from 1; widths never timed as stored."""
 
+    def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
+        super().__init__(*args, **kwargs)
+        self._fixes: dict[tuple[int, bool], float] = {}  # (width, key views) -> the average
+
     def _learned(self, k: int, views: bool) -> float:
         return (self._base(k) + (self.views if views else 0.0)) * self._fixes.get((k, views), 1.0)
 

@@ -11,6 +11,11 @@ from lookahead.errors import ConfigError
 STRATEGIES = ("lookahead", "autoregressive", "lookahead_jacobi", "prompt_lookup", "speculative")
 
 
+def is_int(value: object) -> bool:
+    """An integer, and not a bool (True is an int to Python, but not a window size or a port)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 @dataclass(frozen=True)
 class LookaheadConfig:
     """Shape of one lookahead step.
@@ -58,15 +63,15 @@ class LookaheadConfig:
     hidden_states: bool = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.window, int) or self.window < 1:
+        if not is_int(self.window) or self.window < 1:
             raise ConfigError(f"window (W) must be an integer >= 1, got {self.window!r}")
-        if not isinstance(self.ngram, int) or self.ngram < 2:
+        if not is_int(self.ngram) or self.ngram < 2:
             raise ConfigError(f"ngram (N) must be an integer >= 2, got {self.ngram!r}")
-        if not isinstance(self.guesses, int) or self.guesses < 0:
+        if not is_int(self.guesses) or self.guesses < 0:
             raise ConfigError(f"guesses (G) must be an integer >= 0, got {self.guesses!r}")
         if self.max_pool_per_key < 1:
             raise ConfigError(f"max_pool_per_key must be >= 1, got {self.max_pool_per_key!r}")
-        if self.context_tokens is not None and (not isinstance(self.context_tokens, int) or self.context_tokens < 1):
+        if self.context_tokens is not None and (not is_int(self.context_tokens) or self.context_tokens < 1):
             raise ConfigError(f"context_tokens must be an integer >= 1 (or None for N-1), got {self.context_tokens!r}")
         if isinstance(self.sources, list):  # from a JSON/YAML policy file
             object.__setattr__(self, "sources", tuple(self.sources))
@@ -109,12 +114,12 @@ class SamplingConfig:
     def __post_init__(self) -> None:
         if not (self.temperature >= 0.0):
             raise ConfigError(f"temperature must be >= 0, got {self.temperature!r}")
-        if self.top_k < 0:
-            raise ConfigError(f"top_k must be >= 0 (0 disables it), got {self.top_k!r}")
+        if not is_int(self.top_k) or self.top_k < 0:
+            raise ConfigError(f"top_k must be an integer >= 0 (0 disables it), got {self.top_k!r}")
         if not (0.0 < self.top_p <= 1.0):
             raise ConfigError(f"top_p must be in (0, 1], got {self.top_p!r}")
-        if not (0 <= self.seed < 2**63):
-            raise ConfigError(f"seed must be in [0, 2**63), got {self.seed!r}")
+        if not is_int(self.seed) or not 0 <= self.seed < 2**63:
+            raise ConfigError(f"seed must be an integer in [0, 2**63), got {self.seed!r}")
 
     @property
     def greedy(self) -> bool:
@@ -142,7 +147,7 @@ class PromptLookupConfig:
     def __post_init__(self) -> None:
         for name in ("min_ngram", "max_ngram", "num_tokens", "max_candidates"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            if not is_int(value) or value < 1:
                 raise ConfigError(f"prompt lookup {name} must be an integer >= 1, got {value!r}")
         if self.min_ngram > self.max_ngram:
             raise ConfigError(f"prompt lookup min_ngram ({self.min_ngram}) must be <= max_ngram ({self.max_ngram})")
@@ -167,7 +172,7 @@ class SpeculativeConfig:
     draft_tokens: int = 4
 
     def __post_init__(self) -> None:
-        if not isinstance(self.draft_tokens, int) or isinstance(self.draft_tokens, bool) or not 1 <= self.draft_tokens <= 64:
+        if not is_int(self.draft_tokens) or not 1 <= self.draft_tokens <= 64:
             raise ConfigError(f"draft_tokens (k) must be an integer in [1, 64], got {self.draft_tokens!r}")
         if not isinstance(self.draft, str) or not self.draft.strip():
             raise ConfigError("draft must be 'self', 'self:L' (L >= 1 target layers) or a model name or path")
@@ -206,7 +211,7 @@ class GenerationConfig:
     exact: bool = True
 
     def __post_init__(self) -> None:
-        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+        if not is_int(self.max_new_tokens) or self.max_new_tokens < 1:
             raise ConfigError(f"max_new_tokens must be an integer >= 1, got {self.max_new_tokens!r}")
         if self.strategy not in STRATEGIES:
             raise ConfigError(f"unknown strategy {self.strategy!r}; choose one of {', '.join(STRATEGIES)}")

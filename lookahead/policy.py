@@ -33,7 +33,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from lookahead.config import STRATEGIES, LookaheadConfig, PromptLookupConfig, SpeculativeConfig
+from lookahead.config import STRATEGIES, LookaheadConfig, PromptLookupConfig, SpeculativeConfig, is_int
 from lookahead.errors import ConfigError
 
 POLICY_VERSION = 1
@@ -153,7 +153,7 @@ class Rule:
             )
         for name in ("max_tokens_below", "max_tokens_at_least"):
             value = getattr(self, name)
-            if value is not None and (not _is_int(value) or value < 1):
+            if value is not None and (not is_int(value) or value < 1):
                 raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
 
     def matches(self, request_class: str | None, max_tokens: int) -> bool:
@@ -376,9 +376,6 @@ def _no_unknown_keys(mapping: dict[Any, Any], allowed: tuple[str, ...], source: 
     if unknown:
         raise PolicyError(f"{source}: {where}: unknown key {unknown[0]!r}; allowed keys: {', '.join(allowed)}")
 
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _plain(value: Any) -> Any:

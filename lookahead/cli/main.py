@@ -24,13 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     register_generate(sub)
     for name in _SUBCOMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name and name.startswith(exc.name):
-                continue  # that part of the package is not present in this build
-            raise
-        module.register(sub)
+        importlib.import_module(name).register(sub)
     return parser
 
 

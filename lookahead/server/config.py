@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from lookahead.config import is_int
 from lookahead.errors import ConfigError
 from lookahead.policy import DEFAULT_POLICY, Policy
 
@@ -83,13 +84,13 @@ class ServerConfig:
             object.__setattr__(self, "policy_source", source)
         if not isinstance(self.host, str) or not self.host:
             raise ConfigError("host must be a non-empty address such as 127.0.0.1")
-        if not _is_int(self.port) or not 0 <= self.port <= 65535:
+        if not is_int(self.port) or not 0 <= self.port <= 65535:
             raise ConfigError(f"port must be an integer in 0..65535, got {self.port!r}")
         if self.api_key is not None and (not isinstance(self.api_key, str) or not self.api_key.strip()):
             raise ConfigError("the API key is empty; give a non-empty --api-key or leave it out to disable auth")
         if not isinstance(self.policy, Policy):
             raise ConfigError("policy must be a lookahead.policy.Policy (see load_policy)")
-        if not _is_int(self.max_queue) or self.max_queue < 1:
+        if not is_int(self.max_queue) or self.max_queue < 1:
             raise ConfigError(f"max queue must be an integer >= 1, got {self.max_queue!r}")
         for name in ("request_timeout_s", "shutdown_timeout_s"):
             value = getattr(self, name)
@@ -102,7 +103,7 @@ class ServerConfig:
                   ("max_batch", 1))
         for name, low in limits:
             value = getattr(self, name)
-            if not _is_int(value) or value < low:
+            if not is_int(value) or value < low:
                 raise ConfigError(f"{name.replace('_', ' ')} must be an integer >= {low}, got {value!r}")
 
         classes = self.ngram_cache_classes
@@ -118,7 +119,7 @@ class ServerConfig:
             raise ConfigError(f"adaptive must be true or false, got {self.adaptive!r}")
         for name, low in (("max_rows", self.max_batch), ("max_kv_tokens", 1)):
             value = getattr(self, name)
-            if value is not None and (not _is_int(value) or value < low):
+            if value is not None and (not is_int(value) or value < low):
                 raise ConfigError(f"{name.replace('_', ' ')} must be an integer >= {low}, got {value!r}")
         self._check_api_keys()
 
@@ -148,6 +149,3 @@ class ServerConfig:
             keys[self.api_key] = frozenset({ALL_CLASSES})
         return keys
 
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)

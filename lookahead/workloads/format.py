@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lookahead.config import is_int
 from lookahead.errors import LookaheadError
 
 CLASS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -87,9 +88,6 @@ class Request:
         return out
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
 
 def _is_number(v: Any) -> bool:
     return (isinstance(v, (int, float)) and not isinstance(v, bool)) and math.isfinite(v)
@@ -123,7 +121,7 @@ def parse_line(obj: Any, *, classes: Collection[str] | None = None, source: str 
     if missing:
         raise ValueError(f"missing field(s): {', '.join(missing)}")
     rid = obj["id"]
-    if not (isinstance(rid, str) and rid.strip()) and not _is_int(rid):
+    if not (isinstance(rid, str) and rid.strip()) and not is_int(rid):
         raise ValueError("'id' must be a non-empty string or an integer")
     cls = obj["class"]
     if not isinstance(cls, str) or not CLASS_RE.match(cls):
@@ -140,13 +138,13 @@ def parse_line(obj: Any, *, classes: Collection[str] | None = None, source: str 
         if not isinstance(prompt, str) or not prompt.strip():
             raise ValueError("'prompt' must be a non-empty string")
     max_tokens = obj.get("max_tokens")
-    if max_tokens is not None and (not _is_int(max_tokens) or max_tokens < 1):
+    if max_tokens is not None and (not is_int(max_tokens) or max_tokens < 1):
         raise ValueError(f"'max_tokens' must be an integer >= 1, got {max_tokens!r}")
     temperature = _checked(obj, "temperature", 0.0, lambda v: _is_number(v) and v >= 0, "a number >= 0")
     top_p = _checked(obj, "top_p", 1.0, lambda v: _is_number(v) and 0.0 < v <= 1.0, "a number in (0, 1]")
-    top_k = _checked(obj, "top_k", 0, lambda v: _is_int(v) and v >= 0, "an integer >= 0 (0 disables it)")
+    top_k = _checked(obj, "top_k", 0, lambda v: is_int(v) and v >= 0, "an integer >= 0 (0 disables it)")
     seed = obj.get("seed")
-    if seed is not None and (not _is_int(seed) or not (0 <= seed < 2**63)):
+    if seed is not None and (not is_int(seed) or not (0 <= seed < 2**63)):
         raise ValueError(f"'seed' must be an integer in [0, 2**63), got {seed!r}")
     meta = obj.get("meta") or {}
     if not isinstance(meta, dict):

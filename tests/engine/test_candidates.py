@@ -8,6 +8,7 @@ import gc
 import json
 import random
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from lookahead.candidates.ngram_cache import NGramCache, NGramCacheConfig, NGram
 from lookahead.candidates.context import CacheSource, ContextSource
 from lookahead.candidates.lookahead import JacobiSource
 from lookahead.candidates.pool import PoolConfig, SourcePool
-from lookahead.config import LookaheadConfig, PromptLookupConfig
+from lookahead.config import GenerationConfig, LookaheadConfig, PromptLookupConfig, SamplingConfig
 from lookahead.engine.calibration import CalibrationConfig, Calibrator
 from lookahead.engine.draft import CandidateTree, StepOutcome
 from lookahead.engine.sources import Candidate, Observation
@@ -344,3 +345,18 @@ def test_context_tokens_is_validated_and_counted_in_the_step_bound() -> None:
     with pytest.raises(ConfigError, match="sources"):
         LookaheadConfig(sources=("context", "context"))
     assert LookaheadConfig(sources=["context"]).sources == ("context",)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("make", [
+    lambda v: LookaheadConfig(window=v), lambda v: LookaheadConfig(ngram=v), lambda v: LookaheadConfig(guesses=v),
+    lambda v: LookaheadConfig(context_tokens=v), lambda v: GenerationConfig(max_new_tokens=v),
+    lambda v: SamplingConfig(temperature=1.0, top_k=v), lambda v: SamplingConfig(temperature=1.0, seed=v),
+    lambda v: PromptLookupConfig(num_tokens=v),
+])
+def test_integer_settings_refuse_bools_and_fractions(make: Callable[[object], object]) -> None:
+    # True and 2.0 compare equal to 1 and 2, but neither is a count a user meant to pass: both are
+    # refused with a message that asks for an integer, while the integer itself is accepted.
+    make(4)  # the plain integer is fine
+    for bad in (True, 2.0):
+        with pytest.raises(ConfigError, match="integer"):
+            make(bad)

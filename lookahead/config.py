@@ -35,21 +35,21 @@ class LookaheadConfig:
         The copy source is `suffix` (longest earlier match, continuations weighted by how often each
         followed, calibrated by match length), not prompt lookup's `context` (keys of 3, 2, 1 tokens):
         paired on held-out requests 0-4% faster on four of five classes (1% behind on math, and on
-        prompts a-f) (README, "Measured: the suffix source as the copy source"). `resume` guesses
-        that a copy which broke off at one token goes on after it (README, "Measured: a copy resumed
+        prompts a-f) (docs/measurements.md, "Measured: the suffix source as the copy source"). `resume` guesses
+        that a copy which broke off at one token goes on after it (docs/measurements.md, "Measured: a copy resumed
         after one changed token").
     hidden_states: let sources that compare the model's final hidden states have them: the engine then
         keeps every cached row's state off the decoder's last norm, and the suffix source flags the
         continuation of the occurrence whose state is nearest the current one, a calibration feature.
         Off by default: paired on two held-out slices it was neither faster nor slower (1.001x, 1.002x;
-        README, "Measured: the nearest occurrence by the model's own state").
+        docs/measurements.md, "Measured: the nearest occurrence by the model's own state").
 
     Defaults were measured on a 2-core CPU with SmolLM2-135M in bfloat16 and float32 (README,
     "Performance"). Exact steps at reduced precision verify one chain (engine/query.py), so the rows
     are better spent on a long chain than on a wide Jacobi window (W=1). `context_tokens` bounds how
     deep a guess (copied or recycled) may go, not how deep a step verifies: the allocator
     (engine/allocator.py) takes a deeper prefix only where the calibrated odds of its tokens pay for
-    the rows, so 11 costs nothing where guesses fail early (README, "Measured: guesses up to 11 tokens
+    the rows, so 11 costs nothing where guesses fail early (docs/measurements.md, "Measured: guesses up to 11 tokens
     deep").
     """
 

@@ -67,11 +67,11 @@ def stream_events(
     the allocator (engine/allocator.py; False: verify every draft as proposed); `key_views`: exact
     steps may also verify a second chain of the tree, over key views, where the probe found them exact
     (engine/attention.py; off by default: on the 2-core Zen 4 they cost more than they settled,
-    README "Measured: exact bfloat16 trees"); `aligned_trees`: exact steps verify whole trees, each node's
-    key at an offset where the kernels reduce it as in autoregressive decoding, where the probe found
-    that exact (engine/query.py align_tree; on by default; on the C++ attention kernel any offset is
+    docs/measurements.md, "Measured: exact bfloat16 trees"); `aligned_trees`: exact steps verify whole
+    trees, each node's key at an offset where the kernels reduce it as in autoregressive decoding,
+    where the probe found that exact (engine/query.py align_tree; on by default; on the C++ attention kernel any offset is
     exact, so trees go as they come and key views are never needed; False: each tree's first chain
-    only, README "Measured: exact trees at aligned key offsets")."""
+    only, docs/measurements.md, "Measured: exact trees at aligned key offsets")."""
     if calibrator is not None and not isinstance(calibrator, Calibrator):
         raise ConfigError(f"calibrator must be a lookahead.engine.calibration.Calibrator (or None: the model's "
                           f"shared one), got {type(calibrator).__name__}")

@@ -14,7 +14,7 @@ Each step:
        realised 0.29-0.35), while a token two sources reached independently looked likelier than either
        says (prompts a-f, SmolLM2 bf16: first tokens of one source right 9% of the time where priced at
        13%, those of several 39-44% where priced at 26-40%, except suffix + jacobi), though correcting
-       for it did not pay (README "Measured: depth backoff in the calibrator"); below the first token,
+       for it did not pay (docs/measurements.md, "Measured: depth backoff in the calibrator"); below the first token,
        siblings are disjoint events too (at most one continues the text), so a node's children are
        capped to sum to at most its own probability, the likeliest keeping theirs
        (`CandidateTree.cap_siblings`);

@@ -29,7 +29,7 @@ token is rarely right (7-8% over all guesses, teacher-forced as below), but once
 resumed and the next tokens are right 61%, 80%, 80% of the time; the long-run bucket's first tokens
 were right about twice as often as the short one's (25% against 12%).
 
-Measured (SmolLM2-135M-Instruct, bfloat16; README, "Measured: a copy resumed after one changed token"):
+Measured (SmolLM2-135M-Instruct, bfloat16; docs/measurements.md, "Measured: a copy resumed after one changed token"):
 teacher-forced over 100 greedy answers (20 per class), every offered guess verified, tokens per step with
 the suffix source alone against suffix plus this one: code 2.37 -> 2.46, function calling 2.00 -> 2.16,
 chat 1.54 -> 1.57, summarization 2.27 -> 2.39, math 1.96 -> 2.10 (60 other answers: +3% to +5% a class).

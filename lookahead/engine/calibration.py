@@ -70,7 +70,7 @@ class CalibrationConfig:
     features at the same depth instead of towards a / (a + b); depth_backoff: raise that prior at depth
     d > 1 to the estimate at depth d - 1 where it is higher; siblings: let a candidate pool scale the
     tree's first tokens by `sibling_factor` of their rank (candidates/pool.py); agreement: learn that
-    factor apart for first tokens that several sources proposed (off by default: it did not pay, README
+    factor apart for first tokens that several sources proposed (off by default: it did not pay, docs/measurements.md,
     "Measured: depth backoff in the calibrator")."""
 
     prior_hit: float = 1.0

@@ -23,7 +23,7 @@ repeats PyTorch's rounding element by element, the norms' variance summed in PyT
 (`norm_lanes`).
 
 Measured (SmolLM2-135M, bfloat16, 2 Zen 4 cores, passes over 256 cached keys, interleaved):
-README, "Measured: a lean forward pass". LOOKAHEAD_LEAN_FORWARD=0 runs the model's own forward.
+docs/measurements.md, "Measured: a lean forward pass". LOOKAHEAD_LEAN_FORWARD=0 runs the model's own forward.
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ class SchedulerConfig:
     whole trees with their keys at aligned offsets where the probe found that exact (engine/query.py
     align_tree; costs masked keys only; on by default: on the 2-core Zen 4 it raised tokens per step 6-17%
     in every class, median paired speed 1.03x over 100 held-out requests; False: first chains only;
-    README "Measured: exact trees at aligned key offsets")."""
+    docs/measurements.md, "Measured: exact trees at aligned key offsets")."""
 
     max_batch: int = 8
     max_rows: int | None = None

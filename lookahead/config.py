@@ -44,8 +44,8 @@ class LookaheadConfig:
         Off by default: paired on two held-out slices it was neither faster nor slower (1.001x, 1.002x;
         docs/measurements.md, "Measured: the nearest occurrence by the model's own state").
 
-    Defaults were measured on a 2-core CPU with SmolLM2-135M in bfloat16 and float32 (README,
-    "Performance"). Exact steps at reduced precision verify one chain (engine/query.py), so the rows
+    Defaults were measured on a 2-core CPU with SmolLM2-135M in bfloat16 and float32 (docs/measurements.md;
+    README, "Performance"). Exact steps at reduced precision verify one chain (engine/query.py), so the rows
     are better spent on a long chain than on a wide Jacobi window (W=1). `context_tokens` bounds how
     deep a guess (copied or recycled) may go, not how deep a step verifies: the allocator
     (engine/allocator.py) takes a deeper prefix only where the calibrated odds of its tokens pay for

@@ -55,8 +55,8 @@ sampling's top-k or top-p last. Measured before building it (SmolLM2-135M bf16, 
 temperature 1.0, teacher-forced): a token's recycled row put the drawn token first 4.8% of the time, the
 noise's order 9.4%; in the engine (20 high-entropy requests, interleaved, identical outputs) recycled
 tokens 152 -> 291, tokens per step 1.100 -> 1.159, paired speed +4.7%; 20 chat requests at temperature
-0.7, top-p 0.9: tokens per step 1.668 -> 1.692, +1.5% (README, "sampled requests guess what the seeded
-rule will draw").
+0.7, top-p 0.9: tokens per step 1.668 -> 1.692, +1.5% (docs/measurements.md, "Measured: sampled
+requests guess what the seeded rule will draw").
 
 Feature (< 60): rank of the path's first token under the root (0, 1, 2, 3; 4 for rank >= 4), plus 5
 when that token is the root's confirmed successor (it was actually seen to follow the root), plus 10

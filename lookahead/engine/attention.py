@@ -42,27 +42,16 @@ import torch
 import torch.nn.functional as F
 
 from lookahead.engine import exact_kernel
+from lookahead.engine.value_sums import KEY_ALIGN, KEY_CHUNK, head_shape, weighted, weighted_sum
 
 NAME = "lookahead_exact"
-# Exact passes see their keys padded to a multiple of KEY_ALIGN (engine/kvcache.py), and values are summed
-# over keys in chunks of a multiple of it (`_weighted_sum`): whole chunks, so that nothing is padded per
-# layer (measured, SmolLM2 bf16, 2-core Zen 4, three a-f prompts, 96 tokens, median ms/token:
-# autoregressive 45.2 -> 42.9, lookahead 19.5 -> 17.0 against padding to 64; the same tokens). Masked keys
-# cost a few more score columns.
-KEY_ALIGN = 256
-# How many keys one matmul of probabilities and values may sum: the widest of KEY_CHUNKS whose sums the
-# device's kernels take the same way at every key count and row count (`key_chunk` measures it, per
-# dtype and head shape). One matmul over 512 keys costs half of two over 256 plus their sum (SmolLM2 bf16,
-# Zen 4: 32 against 69 us a layer).
-KEY_CHUNKS = (1024, 512, KEY_ALIGN)
-KEY_CHUNK = KEY_ALIGN  # the narrowest chunk: exact on every device measured (the default where none is probed)
 # Where masked keys may sit between a row's visible keys without changing its result (engine/query.py
 # align_tree), measured on SmolLM2 bf16, Zen 4: each visible key at its gap-free index modulo KEY_PERIOD
 # (the float32 softmax sums in 16 lanes: shifts by 2-8 keys changed rows, by 16 none), a key that pairs
 # with the one before it (odd index) still right after it (the bf16 matmul of probabilities and values
 # reduces keys in pairs: a key moved away from its pair partner changed rows, by any shift), and in the
-# same KEY_BLOCK (within one chunk of `_weighted_sum`, whichever `key_chunk` picked: every chunk is a
-# multiple of it). Checked per model by the width probe (engine/numerics.py aligned_exact). The pair
+# same KEY_BLOCK (within one chunk of engine/value_sums.py's `weighted_sum`, whichever `key_chunk` picked:
+# every chunk is a multiple of it). Checked per model by the width probe (engine/numerics.py aligned_exact). The pair
 # rule binds the matmul path only (`key_layout`).
 KEY_PERIOD = 16
 KEY_BLOCK = KEY_ALIGN
@@ -89,14 +78,14 @@ def key_layout(dtype: torch.dtype, head_dim: int) -> KeyLayout:
     taken in fixed point (order-free), and a value sum adds one key at a time in key order, skipping the
     keys of weight 0, so masked keys between a row's visible ones change nothing (GAP_FREE). The matmul
     path keeps all three rules: torch's softmax sums in 16 lanes, oneDNN's bfloat16 matmul reduces keys
-    in pairs, `_weighted_sum` sums each chunk apart."""
+    in pairs, `weighted_sum` (engine/value_sums.py) sums each chunk apart."""
     return GAP_FREE if exact_kernel.serves(dtype, head_dim) else KeyLayout()
 
 
 def model_key_layout(model: Any) -> KeyLayout:
     """`key_layout` for `model`'s attention heads and dtype (the strictest rules where its config does
     not say)."""
-    shape = _head_shape(model)
+    shape = head_shape(model)
     return key_layout(next(model.parameters()).dtype, shape[2]) if shape else KeyLayout()
 
 
@@ -206,7 +195,7 @@ def exact_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: 
         return kern.weighted(probs, value).view(b, h, q, d).transpose(1, 2).contiguous(), None
     scores = _matmul_scores(query, key, attention_mask, scale)  # [B, Hkv, G, Q, K]
     probs = torch.softmax(scores, dim=-1).to(value.dtype).view(b, kv_heads, groups * q, k)
-    out = _weighted_sum(probs, value, chunk).view(b, h, q, d)  # [B, H, Q, D]
+    out = weighted_sum(probs, value, chunk).view(b, h, q, d)  # [B, H, Q, D]
     plan = _plan.get()
     if plan is not None:
         _redo_in_views(out, scores, value, plan, chunk)
@@ -267,108 +256,6 @@ def _power_of_two(x: float) -> bool:
     return x > 0 and math.frexp(x)[0] == 0.5
 
 
-def _weighted_sum(probs: torch.Tensor, value: torch.Tensor, chunk: int = KEY_CHUNK) -> torch.Tensor:
-    """probs [..., R, K] @ value [..., K, D]: keys padded with exact zeros to a multiple of KEY_ALIGN, the
-    keys summed in chunks of `chunk` (a multiple of KEY_ALIGN; the last chunk may be shorter), each chunk a
-    matmul of its own (the whole chunks in one batched call), the chunks summed in order in float32 at
-    least. Over one chunk's keys every row's sum is then one matmul whatever the pass's key count, and
-    chunks past a row's keys add exact zeros; `key_chunk` picks the widest chunk for which such matmuls
-    sum a row's keys the same way at every key count and row count.
-
-    Why (measured): a matmul's reduction over keys is not fixed by the keys alone. Zen 4 (bfloat16): one
-    matmul over more than 1024 keys reduced them in another order than one over fewer, so a prompt near
-    1024 tokens decoded differently with lookahead; float32 (MKL) reduced 200 visible keys differently at
-    256 or 320 keys than at >= 384. Xeon with AMX (bfloat16, 2 threads): a matmul over 512-1088 keys
-    reduced them differently when it had 33-48 rows (query rows x grouped heads) than alone, so a
-    width-16 lookahead step gave other logits than autoregressive decoding; over <= 384 keys every row
-    count 1-64 agreed, in both dtypes, for the head shapes of SmolLM2 and Gemma 3."""
-    k = probs.shape[-1]
-    pad = -k % KEY_ALIGN
-    if pad:
-        probs, value = F.pad(probs, (0, pad)), F.pad(value, (0, 0, 0, pad))
-        k += pad
-    if k <= chunk:
-        return torch.matmul(probs, value)
-    *lead, r, _ = probs.shape
-    whole, tail = divmod(k, chunk)
-    body = k - tail
-    parts = torch.matmul(probs[..., :body].reshape(*lead, r, whole, chunk).transpose(-3, -2),  # [..., C, R, chunk]
-                         value[..., :body, :].reshape(*lead, whole, chunk, value.shape[-1]))  # [..., C, R, D]
-    out = torch.empty((*lead, r, value.shape[-1]), dtype=torch.promote_types(value.dtype, torch.float32))
-    out.copy_(parts[..., 0, :, :])  # [..., R, D], contiguous: a new tensor, never a view of `parts`
-    for i in range(1, whole):
-        out += parts[..., i, :, :]
-    if tail:
-        out += torch.matmul(probs[..., body:], value[..., body:, :])
-    return out.to(value.dtype)
-
-
-def _weighted(probs: torch.Tensor, value: torch.Tensor, chunk: int) -> torch.Tensor:
-    """probs [..., R, K] (float32 at least) @ value [..., K, D] as the pass's main rows are summed: by the
-    kernel where it serves value's dtype (probabilities kept in float32), else `_weighted_sum` of the
-    probabilities rounded to value's dtype. probs and value have two leading dims."""
-    if exact_kernel.serves(value.dtype, value.shape[-1]):
-        return exact_kernel.kernel().weighted(probs.contiguous(), value)
-    return _weighted_sum(probs.to(value.dtype), value, chunk)
-
-
-def key_chunk(dtype: torch.dtype, kv_heads: int, groups: int, head_dim: int) -> int:
-    """The widest of KEY_CHUNKS for which `_weighted_sum` gives a row the same result over any key count
-    (multiples of KEY_ALIGN, past its visible keys) and any number of rows sharing the matmul, on this
-    device, in `dtype`, for this head shape; measured once per process and thread count. The engine's
-    width probe (engine/numerics.py) then checks the whole model with it."""
-    key = (dtype, kv_heads, groups, head_dim, torch.get_num_threads())
-    if key not in _chunks:
-        _chunks[key] = next((c for c in KEY_CHUNKS[:-1] if _sums_invariant(c, *key[:4])), KEY_CHUNKS[-1])
-    return _chunks[key]
-
-
-_chunks: dict[tuple[Any, ...], int] = {}
-
-
-def _head_shape(model: Any) -> tuple[int, int, int] | None:
-    """(key/value heads, query heads per kv head, head size) from `model`'s config; None where it does
-    not say."""
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    heads = getattr(config, "num_attention_heads", None)
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    head_dim = getattr(config, "head_dim", None) or (config.hidden_size // heads if heads else None)
-    if not heads or not head_dim or heads % kv_heads:
-        return None
-    return kv_heads, heads // kv_heads, head_dim
-
-
-def model_key_chunk(model: Any) -> int:
-    """`key_chunk` for `model`'s attention heads and dtype (KEY_CHUNK where its config does not say)."""
-    shape = _head_shape(model)
-    return key_chunk(next(model.parameters()).dtype, *shape) if shape else KEY_CHUNK
-
-
-def _sums_invariant(chunk: int, dtype: torch.dtype, kv_heads: int, groups: int, head_dim: int) -> bool:
-    """Does one row's weighted sum come out bit-identical in passes of 1-48 query rows over 1 .. 2 chunks
-    and a tail of keys? The row sees `visible` keys (some end inside a chunk, some just past one)."""
-    gen = torch.Generator().manual_seed(chunk)
-    most = 2 * chunk + KEY_ALIGN
-    value = torch.randn(kv_heads, most, head_dim, generator=gen).to(dtype)
-    for visible in (KEY_ALIGN - 1, KEY_ALIGN + 44, chunk - 24, chunk + 3, chunk + KEY_ALIGN + 60):
-        weights = torch.rand(kv_heads, groups, visible, generator=gen)
-        row = (weights / weights.sum(-1, keepdim=True)).to(dtype)  # [Hkv, G, visible]
-        first = -(-visible // KEY_ALIGN) * KEY_ALIGN
-        ref = None
-        for rows in (1, 2, 3, 4, 8, 11, 16, 17, 33, 48):
-            for keys in range(first, min(most, first + chunk + KEY_ALIGN) + 1, KEY_ALIGN):
-                probs = torch.rand(kv_heads, rows, groups, keys, generator=gen).to(dtype)
-                probs[:, rows // 2, :, :visible] = row
-                probs[:, rows // 2, :, visible:] = 0
-                out = _weighted_sum(probs.view(kv_heads, rows * groups, keys), value[:, :keys], chunk)
-                out = out.view(kv_heads, rows, groups, head_dim)[:, rows // 2]
-                if ref is None:
-                    ref = out
-                elif not torch.equal(ref, out):
-                    return False
-    return True
-
-
 def _redo_in_views(out: torch.Tensor, scores: torch.Tensor, value: torch.Tensor, plan: _ViewPlan,
                    chunk: int = KEY_CHUNK) -> None:
     """Overwrite out [B, H, Q, D] at the views' rows: their masked scores [B, Hkv, G, Q, K] (a score is
@@ -383,7 +270,7 @@ def _redo_in_views(out: torch.Tensor, scores: torch.Tensor, value: torch.Tensor,
     s = (picked[0] if len(picked) == 1 else torch.cat(picked, dim=1)).view(kv_heads, n, m, groups, width)
     probs = torch.softmax(s + plan.bias.transpose(2, 3), dim=-1)  # [Hkv, V, m, G, L]
     v = (values[0] if len(values) == 1 else torch.cat(values, dim=1)).view(kv_heads, n, width, d)  # [Hkv, V, L, D]
-    redone = _weighted(probs.view(kv_heads, n, m * groups, width), v, chunk)  # [Hkv, V, m*G, D]
+    redone = weighted(probs.view(kv_heads, n, m * groups, width), v, chunk)  # [Hkv, V, m*G, D]
     redone = redone.view(kv_heads, n, m, groups, d).permute(1, 2, 0, 3, 4).reshape(n * m, kv_heads, groups, d)
     if plan.real is not None:
         redone = redone.index_select(0, plan.real)  # [N, Hkv, G, D]

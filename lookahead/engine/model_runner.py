@@ -20,10 +20,11 @@ from typing import Any
 
 import torch
 
-from lookahead.engine.attention import KEY_CHUNK, KeyView, causal_prompt, exact_passes, model_key_chunk
+from lookahead.engine.attention import KeyView, causal_prompt, exact_passes
 from lookahead.engine.kvcache import KVCache
 from lookahead.engine.masks import MaskBuilder
 from lookahead.engine.query import free_offsets
+from lookahead.engine.value_sums import KEY_CHUNK, model_key_chunk
 from lookahead.models.lean import lean_decoder
 
 

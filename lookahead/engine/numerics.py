@@ -35,12 +35,13 @@ from typing import Any
 import torch
 
 from lookahead.cachefile import read_json, update_json
-from lookahead.engine.attention import KEY_ALIGN, KEY_CHUNK, install, model_key_chunk, model_key_layout
+from lookahead.engine.attention import install, model_key_layout
 from lookahead.errors import ConfigError
 from lookahead.engine.draft import CandidateTree
 from lookahead.engine.kvcache import KVCache
 from lookahead.engine.model_runner import ModelRunner, Rows
 from lookahead.engine.query import align_tree, build_query
+from lookahead.engine.value_sums import KEY_ALIGN, KEY_CHUNK, model_key_chunk
 
 # Bump when the engine's numerics change (cached probes of older versions are ignored). 15: exact bfloat16
 # passes on the C++ kernel (engine/exact_kernel.py); 16: floor 2 at least with a plain linear layer;
@@ -50,7 +51,7 @@ PROBE_VERSION = 19
 USABLE_FLOOR = 16  # a floor above this would make every step as wide as 16 rows: treated as none
 MIN_CEILING = 16  # a ceiling below this (or below max_width, if less) leaves steps too narrow: not taken
 _CONTEXTS = (40, 300, 700, 1000)  # cached context lengths the rows are probed over (passes that straddle
-# 1024 keys, where a matmul over more keys used to reduce them otherwise; engine/attention.py KEY_CHUNK)
+# 1024 keys, where a matmul over more keys used to reduce them otherwise; engine/value_sums.py KEY_CHUNK)
 _MIN_CONTEXT = 8
 
 
@@ -80,7 +81,7 @@ class WidthProbe:
     # passes run at a multiple of this many rows: rows past the last full block of `quantum` rows came out
     # otherwise (MKL's float64 matmuls on Zen 4 compute a pass's last w % 4 rows with other kernels)
     quantum: int = 1
-    # the exact attention summed values over keys in chunks of this many (engine/attention.py key_chunk):
+    # the exact attention summed values over keys in chunks of this many (engine/value_sums.py key_chunk):
     # the verdict holds for that chunk only
     key_chunk: int = KEY_CHUNK
 

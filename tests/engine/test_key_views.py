@@ -101,7 +101,7 @@ def test_a_rows_weighted_sum_does_not_depend_on_keys_past_1024(rows: int) -> Non
     # prompt near 1024 tokens decoded differently with prompt lookup. Values are now summed in fixed
     # chunks (this device's `key_chunk`, or the narrowest): the same rows over the same keys, with 64 or
     # 128 more masked (zero) keys after them, come out bit-identical.
-    from lookahead.engine.attention import KEY_CHUNK, key_chunk
+    from lookahead.engine.value_sums import KEY_CHUNK, key_chunk
 
     gen = torch.Generator().manual_seed(2)
     q = torch.randn(1, 9, rows, 64, generator=gen).to(torch.bfloat16)
@@ -130,7 +130,7 @@ def test_a_rows_weighted_sum_does_not_depend_on_how_many_rows_share_the_matmul(h
     # 1..20 rows comes out as it does alone, bit for bit, at any key count. `key_chunk` measures how
     # wide a chunk this device takes so (1024 on Zen 4; it must pick 256 where wider ones differ): its
     # pick is checked here on other keys, rows and values than it measured.
-    from lookahead.engine.attention import KEY_CHUNK, key_chunk
+    from lookahead.engine.value_sums import KEY_CHUNK, key_chunk
 
     assert KEY_CHUNK <= 384  # longer chunks were not row-invariant there: the default stays narrow
     gen = torch.Generator().manual_seed(3)

@@ -270,9 +270,9 @@ def _reference_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Te
     scores = torch.matmul(query.reshape(b, kv, h // kv * q, d), key.contiguous().transpose(-1, -2)).to(acc) * scale
     scores = scores.view(b, kv, h // kv, q, -1) + mask.to(acc)[:, :, None]
     probs = torch.softmax(scores, dim=-1).to(value.dtype).view(b, kv, h // kv * q, -1)
-    from lookahead.engine.attention import _weighted_sum
+    from lookahead.engine.value_sums import weighted_sum
 
-    return _weighted_sum(probs, value).view(b, h, q, d).transpose(1, 2)
+    return weighted_sum(probs, value).view(b, h, q, d).transpose(1, 2)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64])

@@ -20,6 +20,7 @@ from lookahead.config import GREEDY, GenerationConfig, LookaheadConfig, PromptLo
 from lookahead.engine.calibration import Calibrator, shared_calibrator
 from lookahead.engine.costs import CostCurve
 from lookahead.engine.numerics import width_probe
+from lookahead.engine.prefix_cache import PrefixCache
 from lookahead.engine.sampling import TokenChooser
 from lookahead.engine.shared import shared
 from lookahead.engine.step import StepRunner
@@ -52,6 +53,7 @@ def stream_events(
     successors: SuccessorTable | None = None,
     key_views: bool = False,
     aligned_trees: bool = True,
+    prefix_cache: PrefixCache | bool = True,
 ) -> Iterator[StepEvent]:
     """`draft`: a draft model for strategy "speculative" (else `speculative.draft` is resolved);
     `ngram_cache`: cross-request n-grams, offered to "lookahead"/"prompt_lookup" and updated with the
@@ -71,10 +73,16 @@ def stream_events(
     trees, each node's key at an offset where the kernels reduce it as in autoregressive decoding,
     where the probe found that exact (engine/query.py align_tree; on by default; on the C++ attention kernel any offset is
     exact, so trees go as they come and key views are never needed; False: each tree's first chain
-    only, docs/measurements.md, "Measured: exact trees at aligned key offsets")."""
+    only, docs/measurements.md, "Measured: exact trees at aligned key offsets"); `prefix_cache`: reuse the
+    longest stored prefix of the prompt's keys and values and store this prompt's (engine/prefix_cache.py;
+    only where the model's prefill splits to the same bits, so never a changed token): True, the model's
+    shared one in this process; a PrefixCache, that one; False, prefill the whole prompt."""
     if calibrator is not None and not isinstance(calibrator, Calibrator):
         raise ConfigError(f"calibrator must be a lookahead.engine.calibration.Calibrator (or None: the model's "
                           f"shared one), got {type(calibrator).__name__}")
+    if not isinstance(prefix_cache, (bool, PrefixCache)):
+        raise ConfigError(f"prefix_cache must be True (the model's shared one), False (none) or a "
+                          f"lookahead.engine.prefix_cache.PrefixCache, got {type(prefix_cache).__name__}")
     if successors is not None and not isinstance(successors, SuccessorTable):
         raise ConfigError(f"successors must be a lookahead.candidates.recycling.SuccessorTable (or None), "
                           f"got {type(successors).__name__}")
@@ -91,8 +99,11 @@ def stream_events(
     )
     # 1. Encode and validate; a scheduler of one (the batch-of-one case of continuous batching).
     prompt_ids = loaded.encode(prompt, raw=raw)
+    if prefix_cache is True:
+        prefix_cache = shared(loaded.model, "prefix-cache", "", PrefixCache)
     scheduler = Scheduler(loaded, SchedulerConfig(max_batch=1, exact=cfg.exact, widest=cfg.widest_step,
-                                                  key_views=key_views, aligned_trees=aligned_trees))
+                                                  key_views=key_views, aligned_trees=aligned_trees),
+                          prefix_cache if isinstance(prefix_cache, PrefixCache) else None)
     if calibrator is None:  # what earlier requests of this kind learned (engine/shared.py)
         label = f"{cfg.strategy}/{'greedy' if cfg.sampling.greedy else 'sampled'}"
         calibrator = shared_calibrator(loaded.model, label)

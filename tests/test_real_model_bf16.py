@@ -173,3 +173,29 @@ def test_bf16_batched_requests_equal_their_lone_runs() -> None:
     done, widest = run_batched(lm, cases, max_batch=4, seed=0)
     assert widest > 1
     assert [done[i] for i in range(len(cases))] == alone
+
+
+def test_bf16_prompts_after_a_reused_prefix_decode_the_same_tokens() -> None:
+    # Function-calling prompts share a long preamble (BFCL's is ~250 tokens): the second and third prefill
+    # only what follows the stored blocks, through the prefill kernel after cached keys, and must decode
+    # exactly what they decode prefilled whole (each strategy, greedy and seeded sampling).
+    from lookahead.engine.prefix_cache import PrefixCache
+
+    lm = smollm2_bf16()
+    preamble = ("You are an expert in composing functions. You are given a question and a set of possible "
+                "functions. Only return the function calls, as [func(param=value)]. Functions: "
+                '[{"name": "get_weather", "parameters": {"city": "string", "unit": "celsius or fahrenheit"}}, '
+                '{"name": "convert", "parameters": {"amount": "number", "from": "string", "to": "string"}}]')
+    questions = ["What is the weather in Paris in celsius?", "Convert 20 euros to dollars.",
+                 "What is the weather in Oslo?"]
+    prompts = [lm.encode([{"role": "system", "content": preamble}, {"role": "user", "content": q}]) for q in questions]
+    sampling = SamplingConfig(temperature=0.7, top_p=0.9, seed=11)
+    runs = [("autoregressive", None), ("lookahead", None), ("lookahead", sampling)]
+    cache = PrefixCache()
+    for ids in prompts:
+        for strategy, s in runs:
+            whole = lookahead.generate(lm, ids, max_new_tokens=40, strategy=strategy, sampling=s, prefix_cache=False)
+            reused = lookahead.generate(lm, ids, max_new_tokens=40, strategy=strategy, sampling=s, prefix_cache=cache)
+            assert reused.token_ids == whole.token_ids
+    assert cache.stats()["hits"] == len(prompts) * len(runs) - 1  # every run but the very first reused blocks
+    assert cache.stats()["reused_tokens"] >= (len(prompts) * len(runs) - 1) * 64

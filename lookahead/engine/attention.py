@@ -146,6 +146,7 @@ class _ViewPlan:
 _active: contextvars.ContextVar[bool] = contextvars.ContextVar("lookahead_exact_attention", default=False)
 _plan: contextvars.ContextVar[_ViewPlan | None] = contextvars.ContextVar("lookahead_key_views", default=None)
 _causal_rows: contextvars.ContextVar[int] = contextvars.ContextVar("lookahead_causal_prompt", default=0)
+_causal_past: contextvars.ContextVar[int] = contextvars.ContextVar("lookahead_prompt_past", default=0)
 _causal_windows: contextvars.ContextVar[Callable[[int], int | None] | None] = contextvars.ContextVar(
     "lookahead_prompt_windows", default=None)
 _chunk: contextvars.ContextVar[int] = contextvars.ContextVar("lookahead_key_chunk", default=KEY_CHUNK)
@@ -162,18 +163,20 @@ def exact_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: 
 
         rows = _causal_rows.get()
         if rows and query.shape[0] == 1 and query.shape[2] == rows:
-            # a first pass over an empty cache (`causal_prompt`): a causal kernel over exactly these rows'
-            # keys, not the 4-D mask over the cache's padded keys; in bfloat16 lookahead's own
-            # (engine/prefill_kernel.cpp) where it builds, else SDPA's. A sliding-window layer whose window
-            # is shorter than the prompt sees only its window's keys.
-            window = _prompt_window(module, rows)
+            # a prompt's pass (`causal_prompt`), after `past` cached keys (0: an empty cache): a causal
+            # kernel over exactly the keys these rows see, not the 4-D mask over the cache's padded keys;
+            # in bfloat16 lookahead's own (engine/prefill_kernel.cpp) where it builds, else SDPA's. A
+            # sliding-window layer whose window is shorter than the keys sees only its window's.
+            past = _causal_past.get()
+            window = _prompt_window(module, past + rows)
             if not dropout and exact_kernel.prefills(query.dtype, query.shape[-1]):
                 scale = scaling if scaling is not None else query.shape[-1] ** -0.5
                 q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (query, key, value))
-                return exact_kernel.kernel().causal_prefill(q, k, v, scale, window), None  # [1, Q, H, D]
-            band = _band(rows, window, query.device) if window else None  # [1, 1, Q, Q] bool; None: is_causal
-            return sdpa_attention_forward(module, query, key[:, :, :rows], value[:, :, :rows], band, dropout=dropout,
-                                          scaling=scaling, **kwargs)
+                return exact_kernel.kernel().causal_prefill(q, k, v, scale, window, past), None  # [1, Q, H, D]
+            # [1, 1, Q, past + Q] bool; None: is_causal (no past, no window)
+            band = _band(rows, past, window, query.device) if window or past else None
+            return sdpa_attention_forward(module, query, key[:, :, : past + rows], value[:, :, : past + rows], band,
+                                          dropout=dropout, scaling=scaling, **kwargs)
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
     b, h, q, d = query.shape
@@ -305,26 +308,31 @@ def _prompt_window(module: Any, rows: int) -> int:
     return window if window is not None and window < rows else 0
 
 
-def _band(rows: int, window: int, device: torch.device) -> torch.Tensor:
-    """[1, 1, rows, rows] bool: row i sees keys i-window+1..i (a sliding-window layer's causal mask)."""
-    return torch.ones(rows, rows, dtype=torch.bool, device=device).tril_().triu_(1 - window)[None, None]
+def _band(rows: int, past: int, window: int, device: torch.device) -> torch.Tensor:
+    """[1, 1, rows, past + rows] bool: row i (at position past + i) sees keys past+i-window+1 .. past+i
+    (window 0: keys 0 .. past+i; a sliding-window layer's causal mask otherwise)."""
+    band = torch.ones(rows, past + rows, dtype=torch.bool, device=device).tril_(past)
+    return (band.triu_(past + 1 - window) if window else band)[None, None]
 
 
 @contextlib.contextmanager
-def causal_prompt(rows: int, window_of: Callable[[int], int | None] | None = None) -> Iterator[None]:
+def causal_prompt(rows: int, window_of: Callable[[int], int | None] | None = None, past: int = 0) -> Iterator[None]:
     """Within this block, a fused (not exact) pass of one sequence with exactly `rows` query rows takes
-    them for positions 0..rows-1 of an empty cache, causal in every layer (a sliding-window layer within
-    its window), and runs a causal kernel over the first `rows` keys instead of the 4-D mask: SDPA's, or
-    in bfloat16 engine/prefill_kernel.cpp's where it builds. `window_of(i)`: layer i's sliding window
+    them for positions past..past+rows-1 of a cache holding `past` keys, causal in every layer (a
+    sliding-window layer within its window), and runs a causal kernel over the first past + rows keys
+    instead of the 4-D mask: SDPA's, or in bfloat16 engine/prefill_kernel.cpp's where it builds (whose
+    rows then have the bits of one pass over the whole prompt where `past` is a multiple of 8: the prefix
+    cache, engine/prefix_cache.py). `window_of(i)`: layer i's sliding window
     (None: full attention), as the engine's masks apply it; None for a model without windows. Measured
     (SmolLM2 bf16, 2 Zen 4 cores, per layer): SDPA 531 rows 5.0 -> 4.4 ms, 841 rows 12.0 -> 8.3 ms
     against the mask (the masked kernel visits every key block, and the mask keeps
     transformers from sharing key heads without copies); the prefill kernel 4.5 -> 1.2 ms at 531 rows,
     92 -> 39 ms at 3,200 against SDPA's causal kernel."""
-    token, windows_token = _causal_rows.set(rows), _causal_windows.set(window_of)
+    token, windows_token, past_token = _causal_rows.set(rows), _causal_windows.set(window_of), _causal_past.set(past)
     try:
         yield
     finally:
+        _causal_past.reset(past_token)
         _causal_windows.reset(windows_token)
         _causal_rows.reset(token)
 

@@ -354,7 +354,7 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 // prefill_kernel.cpp, built into this extension (engine/exact_kernel.py)
 bool prefill_supported();
 at::Tensor causal_prefill(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale,
-                          int64_t window);
+                          int64_t window, int64_t past);
 
 // linear_kernel.cpp, likewise
 bool linear_supported();
@@ -379,8 +379,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("attend", &attend, "scores, softmax and weighted values in one call, out [B, Q, H, D] (see `attend`)");
   m.def("dp_scores_supported", &dp_scores_supported, "do bfloat16 scores sum dimension pairs (scores_kernel.cpp)?");
   m.def("prefill_supported", &prefill_supported, "was causal_prefill built (AVX-512 BF16)?");
-  m.def("causal_prefill", &causal_prefill, "a prompt's causal attention over its own keys (prefill_kernel.cpp)",
-        py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scale"), py::arg("window") = 0);
+  m.def("causal_prefill", &causal_prefill, "a prompt's causal attention over the keys before it and its own (prefill_kernel.cpp)",
+        py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scale"), py::arg("window") = 0, py::arg("past") = 0);
   m.def("linear_supported", &linear_supported, "was tiled_linear built (AVX-512 BF16)?");
   m.def("tile_weight", &tile_weight, "a weight [N, K] in tiled_linear's layout (linear_kernel.cpp)");
   m.def("tiled_linear", &tiled_linear, "x @ weight.T + bias, each row alone in a fixed order (linear_kernel.cpp)",

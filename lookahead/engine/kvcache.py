@@ -172,6 +172,16 @@ class GrowableLayer(DynamicLayer):
         self.lengths[slot] = length
         self._views(self.length)
 
+    def load(self, slot: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Slot `slot` holds exactly keys/values [H, n, D] (a stored prompt prefix: engine/prefix_cache.py)."""
+        if not self.is_initialized:
+            self.lazy_initialization(keys[None], values[None])
+        n = keys.shape[-2]
+        self._reserve(-(-n // self.key_align) * self.key_align, slot + 1)
+        self._k[slot, :, :n] = keys
+        self._v[slot, :, :n] = values
+        self.set_length(slot, n)
+
     def move(self, src: int, dst: int) -> None:
         """Copy slot `src`'s entries into slot `dst` (which then has src's length)."""
         n = self.lengths[src]
@@ -265,6 +275,18 @@ class KVCache(Cache):
         for layer in self.layers:
             if layer.is_initialized:
                 layer.move(src, dst)
+
+    def prefix(self, slot: int, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Copies of slot `slot`'s first n keys and values, per layer: [H, n, D] each."""
+        return [(layer._k[slot, :, :n].clone(), layer._v[slot, :, :n].clone()) for layer in self.layers]
+
+    def load(self, slot: int, prefix: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Slot `slot` holds exactly `prefix` (per layer keys, values [H, n, D], as `prefix` gave them), and
+        the next pass appends after it."""
+        while len(self.layers) < len(prefix):
+            self.layers.append(self.layer_class_to_replicate())
+        for layer, (keys, values) in zip(self.layers, prefix):
+            layer.load(slot, keys, values)
 
     def clear(self, slot: int) -> None:
         for layer in self.layers:

@@ -252,10 +252,14 @@ class ModelRunner:
         return [logits[b] if p.keep.numel() == rows.numel() else logits[b, torch.searchsorted(rows, p.keep)]
                 for b, p in enumerate(parts)]
 
-    def prefill(self, cache: KVCache, tokens: list[int], states: bool = False) -> torch.Tensor | None:
+    def prefill(self, cache: KVCache, tokens: list[int], states: bool = False,
+                continued: bool = False) -> torch.Tensor | None:
         """Append `tokens` after what the cache holds (positions follow on), in one causal pass; no
         logits are read back. `states`: return the tokens' final hidden states [n, D] (None where the
-        model's final norm was not found, or no token was given).
+        model's final norm was not found, or no token was given). `continued`: the cache holds the first
+        tokens of the same prompt (engine/prefix_cache.py put them there), so the pass runs the causal
+        kernel after them, as the rest of a one-pass prefill (the same bits where the prefix is a multiple
+        of 8 tokens and the prefill kernel runs; the prefix cache checks that before it reuses anything).
 
         The pass runs a fused attention kernel, not the exact one: no logit of it is read, and every way
         of decoding a prompt (autoregressive, lookahead, batched or alone) caches it with this same one
@@ -270,9 +274,11 @@ class ModelRunner:
             return None
         p = cache.get_seq_length()
         local = torch.ones(n, n, dtype=torch.bool).tril_()
-        causal = p == 0  # an empty cache: every layer's mask is causal (a sliding layer's within its window)
+        # an empty cache, or a prompt's own first tokens: every layer's mask is causal (a sliding layer's
+        # within its window) over the prompt so far
+        causal = p == 0 or continued
         rows = Rows(torch.tensor(tokens), torch.arange(p, p + n), local, torch.tensor([n - 1]))
         windowed = any(w is not None for w in self.masks.kinds.values())
-        with causal_prompt(n, self.masks.window if windowed else None) if causal else contextlib.nullcontext():
+        with causal_prompt(n, self.masks.window if windowed else None, p) if causal else contextlib.nullcontext():
             self.forward_batch(cache, [rows], fused=True, states=states)
         return self.states[0] if states and self.states is not None else None

@@ -2,10 +2,13 @@
 // exact_kernel.py builds it into the same extension as exact_kernel.cpp; engine/attention.py calls it
 // from the prefill's fused branch, `causal_prompt`).
 //
-//   causal_prefill(query [1, H, n, D], key [1, Hkv, >=n, D], value [1, Hkv, >=n, D], scale, window)
-//       -> [1, n, H, D] bfloat16: row i of head h attends to keys 0..i of kv head h / (H / Hkv), or with
-//       a sliding window (window > 0) to keys i-window+1..i only (transformers' sliding-window layers:
-//       a key is seen while q - k < window).
+//   causal_prefill(query [1, H, n, D], key [1, Hkv, >=past+n, D], value [1, Hkv, >=past+n, D], scale,
+//                  window, past)
+//       -> [1, n, H, D] bfloat16: row i of head h sits at position past + i and attends to keys 0..past+i
+//       of kv head h / (H / Hkv), or with a sliding window (window > 0) to keys past+i-window+1..past+i
+//       only (transformers' sliding-window layers: a key is seen while q - k < window). `past`: keys
+//       already cached before these rows (a prompt whose first tokens came from the prefix cache,
+//       engine/prefix_cache.py); 0 for a prompt into an empty cache.
 //
 // Why: PyTorch's CPU flash attention ran SmolLM2's prompts at 65-140 GFLOP/s on 2 Zen 4 cores (531 to
 // 6,500 tokens), a third of what the linears reach, so long prompts spent most of their prefill in it.
@@ -20,7 +23,11 @@
 // Not exact in engine/attention.py's sense and not meant to be: no logit of a prefill is read, and every
 // strategy, alone or batched, caches a prompt through this same pass, so every decoding step sees the
 // same prompt keys and values. Its rows match a float64 reference as closely as PyTorch's kernel does
-// (tests/engine/test_prefill.py).
+// (tests/engine/test_prefill.py). But a row's result depends only on its own position, its visible keys
+// and the absolute chunk grid (chunks of 128 keys from key 0, or from the 16-key block of its tile's
+// first key under a window; keys a row does not see add exact zeros): so a prompt split at a multiple
+// of 8 tokens (`past`: whole 8-row tiles before it) gives every row the bits of the one-pass prefill,
+// which is what lets the prefix cache reuse a stored prefix without changing a token.
 
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
@@ -65,9 +72,10 @@ constexpr int KC = 128;  // keys per online-softmax chunk
 
 // q [1, H, n, D], k/v [1, Hkv, >=n, D] bfloat16 (last dim contiguous) -> out [1, n, H, D] bfloat16
 static at::Tensor prefill_impl(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale_d,
-                               int64_t window) {
+                               int64_t window, int64_t past) {
   const int64_t H = q.size(1), n = q.size(2), D = q.size(3), Hkv = k.size(1), G = H / Hkv;
-  const int64_t DP = D / 2, nb = (n + 15) / 16, np = (n + 1) / 2;
+  const int64_t nk = past + n;  // keys any row sees: the cached ones and these rows' own
+  const int64_t DP = D / 2, nb = (nk + 15) / 16, np = (nk + 1) / 2;
   const float scale = (float)scale_d;
   // Keys as 16-key blocks of dimension pairs: kp[h][block][dp][key][2]; values as key pairs: vp[h][pair][d][2].
   std::vector<uint16_t> kp(Hkv * nb * DP * 32, 0), vp(Hkv * np * D * 2, 0);
@@ -78,7 +86,7 @@ static at::Tensor prefill_impl(const at::Tensor& q, const at::Tensor& k, const a
   at::parallel_for(0, Hkv * nb, 16, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) {
       const int64_t h = i / nb, b = i % nb;
-      for (int64_t j = 0; j < 16 && b * 16 + j < n; ++j) {
+      for (int64_t j = 0; j < 16 && b * 16 + j < nk; ++j) {
         const int64_t key = b * 16 + j;
         const uint16_t* kr = kd + h * ks[1] + key * ks[2];
         uint16_t* dst = kp.data() + ((h * nb + b) * DP) * 32 + j * 2;
@@ -106,7 +114,8 @@ static at::Tensor prefill_impl(const at::Tensor& q, const at::Tensor& k, const a
       for (int side = 0; side < 2; ++side) {
         const int64_t tile = side == 0 ? pair : tiles - 1 - pair;
         if (side == 1 && tile == pair) break;
-        const int64_t r0 = tile * TQ, rows = std::min<int64_t>(TQ, n - r0), last = r0 + rows - 1;
+        // r0: the tile's first row; a0 its position (row r sits at a0 + r); last: its last row's position
+        const int64_t r0 = tile * TQ, rows = std::min<int64_t>(TQ, n - r0), a0 = past + r0, last = a0 + rows - 1;
         for (int r = 0; r < TQ; ++r)
           for (int64_t dp = 0; dp < DP; ++dp) {
             uint32_t w = 0;
@@ -118,7 +127,7 @@ static at::Tensor prefill_impl(const at::Tensor& q, const at::Tensor& k, const a
         for (int r = 0; r < TQ; ++r) m[r] = ninf, l[r] = 0.f;
         // the first key any row of the tile sees, rounded down to its 16-key block (no 16-key boundary
         // falls inside an 8-row tile, so every chunk starts at or before the tile's first row)
-        const int64_t first = window > 0 ? std::max<int64_t>(0, r0 - window + 1) / 16 * 16 : 0;
+        const int64_t first = window > 0 ? std::max<int64_t>(0, a0 - window + 1) / 16 * 16 : 0;
         for (int64_t c0 = first; c0 <= last; c0 += KC) {
           const int64_t width = std::min<int64_t>(KC, last + 1 - c0);  // keys of this chunk any row sees
           const int64_t blocks = (width + 15) / 16;
@@ -134,7 +143,7 @@ static at::Tensor prefill_impl(const at::Tensor& q, const at::Tensor& k, const a
             }
             for (int r = 0; r < TQ; ++r) {
               __m512 s = _mm512_mul_ps(acc[r], _mm512_set1_ps(scale));
-              const int64_t pos = r0 + r;  // keys after pos are hidden, and under a window keys before lo
+              const int64_t pos = a0 + r;  // keys after pos are hidden, and under a window keys before lo
               const int64_t visible = pos - key0 + 1, before = window > 0 ? pos - window + 1 - key0 : 0;
               if (visible < 16 || before > 0) {
                 uint32_t keep = visible <= 0 ? 0u : visible >= 16 ? 0xffffu : (1u << visible) - 1;
@@ -204,17 +213,18 @@ bool prefill_supported() {
 }
 
 at::Tensor causal_prefill(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale,
-                          int64_t window) {
+                          int64_t window, int64_t past) {
   TORCH_CHECK(prefill_supported(), "causal_prefill: built without AVX-512 BF16 (use PyTorch's attention)");
   for (const at::Tensor* t : {&q, &k, &v})
     TORCH_CHECK(t->scalar_type() == at::kBFloat16 && t->dim() == 4 && t->size(0) == 1 && t->stride(3) == 1,
                 "causal_prefill: expected bfloat16 [1, heads, tokens, head size] with contiguous head size");
   TORCH_CHECK(q.size(3) == k.size(3) && k.sizes() == v.sizes() && q.size(3) % 16 == 0 && q.size(3) <= 256,
               "causal_prefill: head size must be the same, a multiple of 16, at most 256");
-  TORCH_CHECK(q.size(1) % k.size(1) == 0 && k.size(2) >= q.size(2), "causal_prefill: heads or keys do not match");
+  TORCH_CHECK(past >= 0, "causal_prefill: past must be >= 0 (keys cached before the rows)");
+  TORCH_CHECK(q.size(1) % k.size(1) == 0 && k.size(2) >= past + q.size(2), "causal_prefill: heads or keys do not match");
   TORCH_CHECK(window >= 0, "causal_prefill: window must be >= 0 (0: none)");
 #ifdef LOOKAHEAD_PREFILL
-  return prefill_impl(q, k, v, scale, window);
+  return prefill_impl(q, k, v, scale, window, past);
 #else
   return at::Tensor();
 #endif

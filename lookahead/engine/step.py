@@ -89,10 +89,12 @@ class StepRunner:
     def timer(self) -> ForwardTimer:
         return self.model.timer
 
-    def prefill(self, cache: KVCache, prompt: list[int], states: bool = False) -> torch.Tensor | None:
+    def prefill(self, cache: KVCache, prompt: list[int], states: bool = False, cached: int = 0) -> torch.Tensor | None:
         """Cache every prompt token but the last (the last is the first step's root). `states`: return
-        their final hidden states [len(prompt) - 1, D] (None where the model does not report them)."""
-        return self.model.prefill(cache, prompt[:-1], states)
+        their final hidden states [len(prompt) - 1 - cached, D] (None where the model does not report
+        them). `cached`: the cache's selected slot already holds the first `cached` tokens' keys and values
+        (engine/prefix_cache.py), so only the rest is computed."""
+        return self.model.prefill(cache, prompt[cached:-1], states, continued=cached > 0)
 
     def step(self, cache: KVCache, root: int, draft: Draft) -> StepOutcome:
         """One step of one sequence (the cache's selected slot): the batch-of-one `step_batch`."""

@@ -32,6 +32,7 @@ from lookahead.models.loader import LoadedModel
 @dataclass
 class GenerationStats:
     prompt_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens whose keys and values came from the prefix cache (not prefilled)
     new_tokens: int = 0
     steps: int = 0
     tokens_per_step: float = 0.0

@@ -1,6 +1,7 @@
 """The scheduler: one forward pass per step for every active request (continuous batching).
 
-    1. admit: prefill each new request into a free cache slot (its own pass), up to `max_batch`
+    1. admit: prefill each new request into a free cache slot (its own pass, after the longest stored
+       prefix of its prompt where a prefix cache is given: engine/prefix_cache.py), up to `max_batch`
     2. propose: every active request's candidate tree from its own sources
     3. allocate: one budget for the step (engine/allocator.py, `allocate_batch`): every request gets its
        root row; the pass is as wide as pays off on the device's cost curve across all of them
@@ -21,8 +22,11 @@ from functools import partial
 
 from lookahead.engine.allocator import allocate_batch
 from lookahead.engine.costs import CostCurve, cost_curve
+from lookahead.engine import exact_kernel
 from lookahead.engine.draft import Draft
 from lookahead.engine.numerics import width_probe
+from lookahead.engine.prefix_cache import PrefixCache, split_exact
+from lookahead.engine.shared import shared
 from lookahead.engine.sources import WantsStates
 from lookahead.engine.step import StepRunner
 from lookahead.errors import ConfigError
@@ -79,9 +83,13 @@ class StepReport:
 
 
 class Scheduler:
-    """Decodes many requests of one model together. Not thread-safe: one thread calls add/cancel/step."""
+    """Decodes many requests of one model together. Not thread-safe: one thread calls add/cancel/step.
+    `prefix_cache`: prompt prefixes to reuse and to store each prompt in (None: every prompt prefills
+    whole); it is used only where this model's prefill splits exactly (`prefix_cache.split_exact`, checked
+    once per model in the process), so reuse never changes a token."""
 
-    def __init__(self, loaded: LoadedModel, config: SchedulerConfig | None = None) -> None:
+    def __init__(self, loaded: LoadedModel, config: SchedulerConfig | None = None,
+                 prefix_cache: PrefixCache | None = None) -> None:
         self.config = config or SchedulerConfig()
         self.loaded = loaded
         numerics = width_probe(loaded.model, self.config.widest) if self.config.exact else None
@@ -95,6 +103,8 @@ class Scheduler:
                               "engine/numerics.py): lower max_batch, or pass exact=False to run unpadded")
         self.curve = device_costs(loaded, self.runner)
         self.cache = self.runner.new_cache(self.config.max_batch)
+        self.prefix = prefix_cache if prefix_cache is not None and prefix_cache.max_bytes and self._splits(
+            prefix_cache.block) else None
         self.active: list[Request] = []  # active[i] lives in cache slot i
         self.last: StepReport | None = None
 
@@ -119,14 +129,33 @@ class Scheduler:
         self.cache.select(slot, slot + 1)
         request.started = time.perf_counter()
         spent = self.runner.timer.seconds
-        # all prompt tokens but the last (the first root); their final hidden states if its sources want them
-        states = self.runner.prefill(self.cache, request.prompt_ids, request.states)
+        # all prompt tokens but the last (the first root), after the longest stored prefix of them (none
+        # where its sources want every prompt token's final hidden states); then the prompt is stored
+        cached, tokens = 0, request.prompt_ids[:-1]
+        if self.prefix is not None and not request.states:
+            cached, kv = self.prefix.match(tokens)
+            if cached:
+                self.cache.load(slot, kv)
+        states = self.runner.prefill(self.cache, request.prompt_ids, request.states, cached)
         if states is not None and isinstance(request.proposer, WantsStates):
             request.proposer.observe_states(0, states)
+        if self.prefix is not None:
+            self.prefix.store(tokens, self.cache, slot)
+        request.stats.cached_tokens = cached
         request.device_s += self.runner.timer.seconds - spent
         request.decode_started = time.perf_counter()
         request.stats.prefill_s = request.decode_started - request.started
         self.active.append(request)
+
+    def _splits(self, block: int) -> bool:
+        """Does this model's prefill give the same bits whole and split at multiples of `block` (once per
+        model, block and kernel choice in the process)?"""
+        model = self.runner.model
+        windows = [w for w in model.masks.kinds.values() if w is not None]
+        vocab = self.loaded.model.get_output_embeddings().weight.shape[0]
+        return bool(shared(self.loaded.model, "prefix-split-exact", f"{block}/{exact_kernel.status()}/prefill kernel {exact_kernel.enabled(exact_kernel.PREFILL_ENV)}",
+                           lambda: split_exact(model, lambda: self.runner.new_cache(1), vocab, block,
+                                               max(windows, default=None))))
 
     def _widen(self, width: int) -> None:
         """A request may take wider steps than the probe covered: probe wider (once per model). The

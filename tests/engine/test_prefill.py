@@ -37,7 +37,7 @@ def _prefill(arch: str, prompts: list[list[int]], masked: bool, monkeypatch: pyt
     assert install(lm.model)  # the engine's attention, whose fused branch takes the causal kernel
     with monkeypatch.context() as m:
         if masked:
-            m.setattr(model_runner, "causal_prompt", lambda rows, window_of=None: contextlib.nullcontext())
+            m.setattr(model_runner, "causal_prompt", lambda rows, window_of=None, past=0: contextlib.nullcontext())
         runner, cache = ModelRunner(lm.model), KVCache(KEY_ALIGN)
         for prompt in prompts:
             runner.prefill(cache, prompt)

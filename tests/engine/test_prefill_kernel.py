@@ -182,8 +182,8 @@ def test_a_bfloat16_gemma3_prompt_past_the_window_runs_the_kernel_banded(monkeyp
     class Recording:
         def __getattr__(self, name: str):
             if name == "causal_prefill":
-                return lambda q, k, v, scale, window=0: windows.append(window) or real_kernel.causal_prefill(
-                    q, k, v, scale, window)
+                return lambda q, k, v, scale, window=0, past=0: windows.append(window) or real_kernel.causal_prefill(
+                    q, k, v, scale, window, past)
             return getattr(real_kernel, name)
 
     with monkeypatch.context() as m:
@@ -192,7 +192,7 @@ def test_a_bfloat16_gemma3_prompt_past_the_window_runs_the_kernel_banded(monkeyp
         ModelRunner(lm.model).prefill(mine, prompt)
     assert windows == [8, 8, 8, 0]
     with monkeypatch.context() as m:
-        m.setattr(model_runner, "causal_prompt", lambda rows, window_of=None: contextlib.nullcontext())
+        m.setattr(model_runner, "causal_prompt", lambda rows, window_of=None, past=0: contextlib.nullcontext())
         ref = KVCache(KEY_ALIGN)
         ModelRunner(lm.model).prefill(ref, prompt)
     for a, b in zip(mine.layers, ref.layers):

@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from lookahead.candidates.ngram_cache import NGramCaches
+from lookahead.engine.prefix_cache import PrefixCache
 from lookahead.learned import read_learned, write_learned
 from lookahead.server.config import ServerConfig
 from lookahead.server.errors import APIError, install_error_handlers
@@ -100,6 +101,7 @@ def create_app(
             max_kv_tokens=config.max_kv_tokens or config.max_batch * loaded.context_length,
             ngram_caches=caches,
             adaptive=config.adaptive,
+            prefix_cache=PrefixCache(config.prefix_cache_mb << 20),
         )
     else:  # a stream function given in code (tests): one request at a time through it
         worker = ModelWorker(

@@ -20,6 +20,7 @@ from lookahead.candidates.ngram_cache import NGramCaches
 from lookahead.candidates.recycling import SuccessorTable
 from lookahead.config import GenerationConfig
 from lookahead.engine.calibration import Calibrator
+from lookahead.engine.prefix_cache import PrefixCache
 from lookahead.errors import LookaheadError
 from lookahead.scheduler.request import Request
 from lookahead.scheduler.scheduler import Scheduler, SchedulerConfig
@@ -43,10 +44,12 @@ class BatchWorker(ModelWorker):
     budget) the requests in flight and in the queue may reserve; a request beyond it gets 429."""
 
     def __init__(self, loaded: Any, metrics: ServerMetrics, *, max_queue: int, scheduler: SchedulerConfig,
-                 max_kv_tokens: int, ngram_caches: NGramCaches | None = None, adaptive: bool = True) -> None:
+                 max_kv_tokens: int, ngram_caches: NGramCaches | None = None, adaptive: bool = True,
+                 prefix_cache: PrefixCache | None = None) -> None:
         super().__init__(loaded, metrics, max_queue=max_queue, stream_fn=_no_stream, ngram_caches=ngram_caches,
                          adaptive=adaptive)
         self._config = scheduler
+        self._prefix = prefix_cache  # prompt prefixes reused across requests (engine/prefix_cache.py)
         self._max_kv = max_kv_tokens
         self._reserved = 0  # tokens reserved by queued and running jobs (guarded by _admit)
         self._running: list[_Running] = []
@@ -104,7 +107,8 @@ class BatchWorker(ModelWorker):
 
     # -- the worker thread --------------------------------------------------------------------
     def _loop(self) -> None:
-        scheduler = Scheduler(self._loaded, self._config)  # probes the width floor and reads the cost curve here
+        # probes the width floor (and whether prompts split exactly) and reads the cost curve here
+        scheduler = Scheduler(self._loaded, self._config, self._prefix)
         while True:
             self._admit_jobs(scheduler, block=not self._running)
             if not self._running:
@@ -208,6 +212,8 @@ class BatchWorker(ModelWorker):
         self._release(job)
         if self._caches is not None and job.spec.ngram_cache and job.spec.label in self._caches.classes:
             self._metrics.ngram_cache(job.spec.label, self._caches.get(job.spec.label).memory())  # type: ignore[union-attr]
+        if self._prefix is not None:
+            self._metrics.prefix_cache(self._prefix.stats())
         self._service_s = 0.8 * self._service_s + 0.2 * elapsed
         self._record(job, status, result, tokens, elapsed)
         job.push(JobEnd(result=result, error=error))

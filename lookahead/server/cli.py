@@ -96,6 +96,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(default: max batch x the model's context)",
     )
     p.add_argument(
+        "--prefix-cache-mb", type=int, default=256, metavar="MB",
+        help="memory for prompt prefixes reused across requests (a prompt that starts like an earlier one "
+        "prefills only the rest; same tokens out); 0: off (default: 256)",
+    )
+    p.add_argument(
         "--request-timeout",
         type=float,
         default=300.0,
@@ -298,6 +303,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         max_batch=DEFAULT_MAX_BATCH if args.max_batch is None else args.max_batch,
         max_rows=args.max_rows,
         max_kv_tokens=args.max_kv_tokens,
+        prefix_cache_mb=args.prefix_cache_mb,
         request_timeout_s=args.request_timeout,
         price_per_hour_usd=args.price_per_hour,
         max_body_bytes=args.max_body_bytes,

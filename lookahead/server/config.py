@@ -53,6 +53,9 @@ class ServerConfig:
         curve says pays); every request in the batch always gets its root row.
     max_kv_tokens: most KV-cache tokens (prompt + max_tokens) the requests in flight and queued may
         reserve; one beyond it gets 429 with Retry-After. None: max_batch x the model's context.
+    prefix_cache_mb: memory for prompt prefixes' keys and values kept across requests (engine/prefix_cache.py):
+        a prompt that starts like an earlier one prefills only the rest, with the same tokens out; 0 turns
+        it off (e.g. where tenants must not learn from response times that another sent the same prefix).
     """
 
     host: str = "127.0.0.1"
@@ -77,6 +80,7 @@ class ServerConfig:
     max_batch: int = 8
     max_rows: int | None = None
     max_kv_tokens: int | None = None
+    prefix_cache_mb: int = 256
 
     def __post_init__(self) -> None:
         if not self.policy_source:
@@ -100,7 +104,7 @@ class ServerConfig:
         if not isinstance(price, (int, float)) or isinstance(price, bool) or not 0 <= price < float("inf"):
             raise ConfigError(f"price per hour must be a finite number of USD >= 0, got {price!r}")
         limits = (("max_body_bytes", 1024), ("default_max_tokens", 1), ("max_class_labels", 0), ("max_connections", 1),
-                  ("max_batch", 1))
+                  ("max_batch", 1), ("prefix_cache_mb", 0))
         for name, low in limits:
             value = getattr(self, name)
             if not is_int(value) or value < low:

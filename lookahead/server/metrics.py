@@ -77,10 +77,19 @@ class ServerMetrics:
             "lookahead_ngram_cache_bytes", "Approximate memory of a class's cross-request n-gram cache",
             ("request_class",), registry=r,
         )
+        self.prefix_cache_bytes = Gauge(
+            "lookahead_prefix_cache_bytes", "Keys and values of prompt prefixes kept for reuse", registry=r)
+        self.prefix_cache_reused = Gauge(
+            "lookahead_prefix_cache_reused_tokens", "Prompt tokens taken from the prefix cache since start "
+            "(not prefilled)", registry=r)
         self.ngram_cache_entries = Gauge(
             "lookahead_ngram_cache_entries", "Entries in a class's cross-request n-gram cache",
             ("request_class",), registry=r,
         )
+
+    def prefix_cache(self, stats: dict[str, int]) -> None:
+        self.prefix_cache_bytes.set(stats["bytes"])
+        self.prefix_cache_reused.set(stats["reused_tokens"])
 
     def ngram_cache(self, label: str, memory: dict[str, int]) -> None:
         self.ngram_cache_bytes.labels(label).set(memory["bytes"])

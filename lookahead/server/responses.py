@@ -17,6 +17,7 @@ def usage(result: Any, *, price_per_hour_usd: float) -> dict[str, Any]:
         "prompt_tokens": int(s.prompt_tokens),
         "completion_tokens": completion,
         "total_tokens": int(s.prompt_tokens) + completion,
+        "prompt_tokens_details": {"cached_tokens": int(getattr(s, "cached_tokens", 0))},
         "lookahead": {
             "strategy": result.strategy,
             "steps": int(s.steps),

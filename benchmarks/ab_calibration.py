@@ -45,7 +45,7 @@ def main() -> None:
         kw: dict = {"strategy": "autoregressive"} if arm == "AR" else {
             "strategy": "lookahead", "calibrator": Calibrator(CalibrationConfig(**{args.change: arm == "on"}))}
         t = time.perf_counter()
-        r = lookahead.generate(lm, ids, max_new_tokens=args.max_new_tokens, sampling=sampling, **kw)
+        r = lookahead.generate(lm, ids, max_new_tokens=args.max_new_tokens, sampling=sampling, prefix_cache=False, **kw)
         return time.perf_counter() - t, r
 
     for cls, n in ((c, int(k)) for c, k in (x.split(":") for x in args.plan.split(","))):

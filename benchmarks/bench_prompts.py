@@ -93,7 +93,8 @@ def ours(lm: lookahead.LoadedModel, ids: list[int], max_new: int, strategy: str,
     calibrator, successors = learned or (Calibrator(), SuccessorTable())
     r = lookahead.generate(lm, ids, max_new_tokens=max_new, strategy=strategy, lookahead=cfg or LookaheadConfig(),
                            exact=exact, key_views=key_views, calibrator=calibrator, successors=successors,
-                           aligned_trees=aligned_trees)
+                           aligned_trees=aligned_trees, prefix_cache=False)  # every arm prefills whole, as
+    # transformers' generate() does: a stored prompt would favour whichever arm ran it second
     s = r.stats
     return {"total_s": s.total_s, "token_ids": r.token_ids, "tps": s.tokens_per_step,
             "q": s.processed_tokens / max(s.steps, 1), "floor": r.width_floor,

@@ -54,7 +54,8 @@ def main() -> int:
     lookahead.generate(lm, "hello", max_new_tokens=8)  # probe and cost curve before any timing
 
     def arm(messages, calibrator, successors, n):  # type: ignore[no-untyped-def]
-        return lookahead.generate(lm, messages, max_new_tokens=n, calibrator=calibrator, successors=successors)
+        return lookahead.generate(lm, messages, max_new_tokens=n, calibrator=calibrator, successors=successors,
+                                  prefix_cache=False)
 
     factories = {name: (lambda v=value: Calibrator(CalibrationConfig(**{args.switch: v})))
                  for name, value in settings.items()}

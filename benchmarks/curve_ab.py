@@ -55,7 +55,8 @@ def main() -> int:
     def arm(name: str):
         def run(messages, calibrator, successors, n):
             slots[kind] = curves[name]  # this arm's curve, refined by its own steps
-            return lookahead.generate(lm, messages, max_new_tokens=n, calibrator=calibrator, successors=successors)
+            return lookahead.generate(lm, messages, max_new_tokens=n, calibrator=calibrator, successors=successors,
+                                          prefix_cache=False)
         return run
 
     summary = run_paired(args.workload, {name: arm(name) for name in curves}, args.a, args.b, args.per_class,

@@ -54,7 +54,7 @@ def main() -> int:
                 kwargs = {"strategy": "autoregressive"} if strategy == "ar" else \
                     {"calibrator": learned[arm][0], "successors": learned[arm][1]}
                 res = lookahead.generate(models[model], req["messages"], max_new_tokens=args.max_new_tokens,
-                                         **kwargs)  # type: ignore[arg-type]
+                                         prefix_cache=False, **kwargs)  # type: ignore[arg-type]
                 got[arm] = (tuple(res.token_ids), res.stats.decode_s / max(res.stats.new_tokens, 1),
                             res.stats.prefill_s)
             if len({tokens for tokens, *_ in got.values()}) != 1:

@@ -44,7 +44,8 @@ def main() -> int:
     def arm(names: str, states: str):
         cfg = LookaheadConfig(sources=tuple(names.split(",")), hidden_states=states == "on")
         return lambda messages, calibrator, successors, n: lookahead.generate(
-            lm, messages, max_new_tokens=n, lookahead=cfg, calibrator=calibrator, successors=successors)
+            lm, messages, max_new_tokens=n, lookahead=cfg, calibrator=calibrator, successors=successors,
+            prefix_cache=False)
 
     a = args.a + ("/states" if args.a_states == "on" else "")
     b = args.b + ("/states" if args.b_states == "on" else "")

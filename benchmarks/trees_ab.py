@@ -43,7 +43,8 @@ def main() -> int:
 
     def arm(trees: bool):
         return lambda messages, calibrator, successors, n: lookahead.generate(
-            lm, messages, max_new_tokens=n, calibrator=calibrator, successors=successors, aligned_trees=trees)
+            lm, messages, max_new_tokens=n, calibrator=calibrator, successors=successors, aligned_trees=trees,
+            prefix_cache=False)
 
     summary = run_paired(args.workload, {"chain": arm(False), "trees": arm(True)}, "chain", "trees",
                          args.per_class, args.start, args.max_new_tokens)

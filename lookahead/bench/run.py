@@ -87,6 +87,7 @@ def make_row(req: Request, strategy: str, repeat: int, spec: RunSpec, m: Measure
         "device_s": m.device_s, "cpu_s": m.cpu_s, "processed_tokens": m.processed_tokens,
         "wasted_fraction": max(0.0, 1.0 - m.new_tokens / m.processed_tokens) if m.processed_tokens else 0.0,
         "draft_steps": m.draft_steps, "draft_s": m.draft_s, "ngram_cache_bytes": m.ngram_cache_bytes,
+        "cached_tokens": m.cached_tokens,
         "finish_reason": m.finish_reason, "output_sha256": digest, "dtype": m.dtype, "width_floor": m.width_floor,
         "identical": identical, "reference": BASELINE if identical is not None else None,
         "accepted_by_source": dict(m.accepted_by_source),

@@ -21,6 +21,7 @@ from lookahead.candidates.ngram_cache import NGramCache
 from lookahead.candidates.recycling import SuccessorTable
 from lookahead.config import LookaheadConfig, PromptLookupConfig, SamplingConfig, SpeculativeConfig
 from lookahead.engine.calibration import Calibrator
+from lookahead.engine.prefix_cache import PrefixCache
 
 HF_GENERATE = "hf_generate"
 HF_PROMPT_LOOKUP = "hf_prompt_lookup"
@@ -60,6 +61,7 @@ class Measurement:
     draft_steps: int = 0  # a draft model's forward passes (speculative), part of device_s
     draft_s: float = 0.0
     ngram_cache_bytes: int = 0  # the class's cross-request n-gram cache after this request
+    cached_tokens: int = 0  # prompt tokens the prefix cache supplied (not prefilled)
     dtype: str = ""  # the weights' dtype that ran
     width_floor: int | None = None  # engine passes were padded to this many rows (None: unpadded)
     accepted_by_source: Mapping[str, int] = field(default_factory=dict)  # new tokens per source ("model": its own)
@@ -87,12 +89,16 @@ def engine_runner(variant: StrategySpec | str) -> Runner:
     keeps one calibrator and one table of recycled successors per request class (engine/shared.py), and
     with /cache one cross-request n-gram cache per class, all warmed by this runner's earlier requests
     in run order (a resumed run starts them empty). The calibrator and the successors are kept per
-    repeat too: a request's second repeat must not find its own first answer's successors."""
+    repeat too: a request's second repeat must not find its own first answer's successors. Like the
+    server it keeps one prefix cache across classes (engine/prefix_cache.py), per repeat (a repeat must
+    not find its own prompt) and per runner: every strategy sees the same requests in the same order,
+    so each finds the same prefixes stored, and no strategy finds prompts another one prefilled."""
     if isinstance(variant, str):
         variant = parse_strategy(variant, engine_strategies())
     caches: dict[str, NGramCache] = {}
     calibrators: dict[tuple[str, int], Calibrator] = {}
     successors: dict[tuple[str, int], SuccessorTable] = {}
+    prefixes: dict[int, PrefixCache] = {}
 
     def run(loaded: Any, prompt_ids: list[int], spec: RunSpec) -> Measurement:
         import lookahead
@@ -109,6 +115,7 @@ def engine_runner(variant: StrategySpec | str) -> Runner:
             speculative=cfg if isinstance(cfg, SpeculativeConfig) else None, ngram_cache=cache,
             exact=variant.exact, calibrator=calibrators.setdefault(learned, Calibrator()),
             successors=successors.setdefault(learned, SuccessorTable()),
+            prefix_cache=prefixes.setdefault(spec.repeat, PrefixCache()) if variant.prefix_cache else False,
         )
         wall = time.perf_counter() - wall0
         cpu = time.process_time() - cpu0
@@ -132,6 +139,7 @@ def engine_runner(variant: StrategySpec | str) -> Runner:
             draft_steps=int(s.draft_steps),
             draft_s=float(s.draft_s),
             ngram_cache_bytes=int(cache.memory()["bytes"]) if cache is not None else 0,
+            cached_tokens=int(s.cached_tokens),
             dtype=result.dtype,
             width_floor=result.width_floor,
             accepted_by_source=dict(s.accepted_by_source),

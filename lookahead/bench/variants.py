@@ -11,6 +11,8 @@ parameters after slashes, so one run can compare shapes of the same strategy sid
     speculative/draft=self:24/k=4     a self-draft of 24 target layers proposing 4 tokens
     autoregressive/unpadded           any engine strategy run unpadded (exact=False): the fastest
                                       plain path, identical to the others only up to float rounding
+    lookahead/whole                   any engine strategy prefilling every prompt whole (no prefix
+                                      cache: engine/prefix_cache.py), as transformers' generate() does
     hf_generate, hf_prompt_lookup     transformers' own generate() (no parameters)
 
 The label, exactly as written, names the strategy's rows in results.jsonl and summary.json; the
@@ -30,6 +32,7 @@ from lookahead.policy import STRATEGY_BLOCK, Decision
 
 CACHE_FLAG = "cache"
 UNPADDED_FLAG = "unpadded"
+WHOLE_FLAG = "whole"
 CACHED_STRATEGIES = ("lookahead", "prompt_lookup")  # the engine offers cross-request n-grams to these
 
 # Per parameter block: accepted key -> config field.
@@ -54,6 +57,7 @@ class StrategySpec:
     lookahead_overrides: tuple[tuple[str, Any], ...] = ()
     ngram_cache: bool = False
     exact: bool = True  # False: the label's /unpadded (engine passes not padded to the width floor)
+    prefix_cache: bool = True  # False: the label's /whole (every prompt prefilled whole)
 
     def lookahead_or(self, default: LookaheadConfig) -> LookaheadConfig:
         """The run's shape with this label's own W/N/G (and context_tokens), if any."""
@@ -75,7 +79,7 @@ def _segments(label: str) -> list[str]:
     name, *rest = label.split("/")
     out = [name.strip()]
     for seg in rest:
-        starts_new = seg.strip() in (CACHE_FLAG, UNPADDED_FLAG) or re.match(r"^\s*[A-Za-z_]+=", seg) is not None
+        starts_new = seg.strip() in (CACHE_FLAG, UNPADDED_FLAG, WHOLE_FLAG) or re.match(r"^\s*[A-Za-z_]+=", seg) is not None
         if starts_new or len(out) == 1 or "=" not in out[-1]:
             out.append(seg.strip())
         else:
@@ -90,10 +94,11 @@ def parse_strategy(label: str, known: tuple[str, ...]) -> StrategySpec:
         where = f" in {label!r}" if label != name else ""
         raise ConfigError(f"unknown strategy {name}{where}; choose from {', '.join(known)}")
     block = STRATEGY_BLOCK.get(name)
-    exact = UNPADDED_FLAG not in params
-    if not exact and name.startswith("hf_"):
-        raise ConfigError(f"{label!r}: /{UNPADDED_FLAG} applies to the engine's strategies, not transformers' generate()")
-    params = [p for p in params if p != UNPADDED_FLAG]
+    exact, prefix = UNPADDED_FLAG not in params, WHOLE_FLAG not in params
+    for flag, off in ((UNPADDED_FLAG, not exact), (WHOLE_FLAG, not prefix)):
+        if off and name.startswith("hf_"):
+            raise ConfigError(f"{label!r}: /{flag} applies to the engine's strategies, not transformers' generate()")
+    params = [p for p in params if p not in (UNPADDED_FLAG, WHOLE_FLAG)]
     if params and block is None and params != [CACHE_FLAG]:
         raise ConfigError(f"strategy {name!r} takes no parameters; write just {name!r}")
     cache = False
@@ -120,9 +125,9 @@ def parse_strategy(label: str, known: tuple[str, ...]) -> StrategySpec:
     if block == "lookahead":
         LookaheadConfig(**values)  # range errors now, at the edge (the run's shape is applied later)
         return StrategySpec(label=label, strategy=name, lookahead_overrides=tuple(sorted(values.items())),
-                            ngram_cache=cache, exact=exact)
+                            ngram_cache=cache, exact=exact, prefix_cache=prefix)
     config = _CONFIGS[block](**values) if block else None  # the config validates ranges
-    return StrategySpec(label=label, strategy=name, config=config, ngram_cache=cache, exact=exact)
+    return StrategySpec(label=label, strategy=name, config=config, ngram_cache=cache, exact=exact, prefix_cache=prefix)
 
 
 def parse_strategies(labels: tuple[str, ...], known: tuple[str, ...]) -> dict[str, StrategySpec]:

@@ -190,3 +190,30 @@ def test_the_engine_runner_keeps_what_a_class_learned_per_class_and_repeat(monke
     assert cal0 is cal1 and suc0 is suc1 and len(suc0)  # the second code request starts from the first's
     assert cal2 is not cal0 and suc2 is not suc0  # another class
     assert cal3 is not cal0 and suc3 is not suc0  # another repeat
+
+
+def test_the_engine_runner_keeps_one_prefix_cache_per_repeat_and_none_for_whole() -> None:
+    """Every runner (strategy) keeps its own prefix cache across classes, one per repeat: so each strategy
+    finds the prompts it prefilled itself in this pass, never another strategy's or its own from an earlier
+    repeat; a /whole label prefills every prompt whole."""
+    import torch
+
+    from lookahead.bench.runners import RunSpec, engine_runner
+    from lookahead.config import SamplingConfig
+    from lookahead.testing import tiny_model
+
+    m = tiny_model("llama", dtype=torch.bfloat16, seed=0)  # the prefill kernel: prompts split exactly
+    head = "You are a careful assistant. Answer in one line, in English, and never guess. "
+    a, b = m.encode(head + "Q: 2+2?", raw=True), m.encode(head + "Q: capital of France?", raw=True)
+
+    def cached(label: str, runs: list[tuple[list[int], str, int]]) -> list[int]:
+        run = engine_runner(label)
+        return [run(m, ids, RunSpec(4, SamplingConfig(), LookaheadConfig(), request_class=cls, repeat=rep)).cached_tokens
+                for ids, cls, rep in runs]
+
+    # b after a (another class, same repeat) reuses the shared head; a again in repeat 1 finds nothing
+    got = cached("autoregressive", [(a, "code", 0), (b, "chat", 0), (a, "code", 1)])
+    common = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)  # the shared head's tokens (and "Q: ")
+    assert got[0] == 0 and got[1] == common // 16 * 16 >= 64 and got[2] == 0
+    assert cached("lookahead", [(a, "code", 0)]) == [0]  # a new runner (strategy) starts empty
+    assert cached("autoregressive/whole", [(a, "code", 0), (a, "code", 0)]) == [0, 0]

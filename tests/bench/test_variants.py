@@ -177,3 +177,13 @@ def test_unpadded_flag_runs_an_engine_strategy_without_the_width_floor() -> None
 def test_unpadded_is_refused_on_transformers_rows() -> None:
     with pytest.raises(ConfigError, match="applies to the engine's strategies"):
         parse_strategy("hf_generate/unpadded", KNOWN)
+
+
+def test_whole_flag_prefills_every_prompt_whole() -> None:
+    # /whole (no prefix cache) combines with parameters and the other flags; transformers' rows refuse it
+    v = parse_strategy("lookahead/whole/W=2/unpadded", KNOWN)
+    assert (v.prefix_cache, v.exact, v.lookahead_or(RUN_SHAPE).window) == (False, False, 2)
+    assert parse_strategy("autoregressive", KNOWN).prefix_cache is True
+    assert parse_strategy("prompt_lookup/whole/cache", KNOWN).prefix_cache is False
+    with pytest.raises(ConfigError, match="applies to the engine's strategies"):
+        parse_strategy("hf_generate/whole", KNOWN)

@@ -70,8 +70,11 @@ def test_no_pack_runs_the_plain_kernels(capsys) -> None:
 
 
 def test_compare_json_reports_identity_and_speedup(capsys) -> None:
-    assert main(["generate", "abcabcabcabc", *TINY, "--raw", "--compare", "--json", "--max-new-tokens", "20"]) == 0
+    # 48 prompt tokens: three whole blocks the prefix cache would hand the second run, had it one
+    assert main(["generate", "abc" * 16, *TINY, "--raw", "--compare", "--json", "--max-new-tokens", "20"]) == 0
     out = json.loads(capsys.readouterr().out)
+    # both runs prefill the whole prompt: the whole-call times compare
+    assert out["autoregressive"]["stats"]["cached_tokens"] == out["lookahead"]["stats"]["cached_tokens"] == 0
     assert out["identical"] is True
     assert out["dtype"] == "float32" and out["width_floor"] == out["lookahead"]["width_floor"]
     assert out["autoregressive"]["token_ids"] == out["lookahead"]["token_ids"]

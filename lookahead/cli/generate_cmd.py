@@ -19,8 +19,9 @@ from lookahead.models import DEFAULT_MODEL, load
 from lookahead.models.dtypes import CHOICES as DTYPE_CHOICES
 from lookahead.models.dtypes import parse as parse_dtype
 
-_STAT_KEYS = ("prompt_tokens", "new_tokens", "steps", "tokens_per_step", "guesses_verified", "guesses_accepted",
-              "prefill_s", "decode_s", "tokens_per_s", "device_s", "draft_steps", "draft_s", "accepted_by_source")
+_STAT_KEYS = ("prompt_tokens", "cached_tokens", "new_tokens", "steps", "tokens_per_step", "guesses_verified",
+              "guesses_accepted", "prefill_s", "decode_s", "tokens_per_s", "device_s", "draft_steps", "draft_s",
+              "accepted_by_source")
 
 
 def register(sub: Any) -> None:
@@ -146,9 +147,10 @@ def _save(args: argparse.Namespace, loaded: Any, cache: NGramCache | None) -> No
 def _run_loaded(args: argparse.Namespace, loaded: Any, prompt: str, common: dict[str, Any]) -> int:
     if args.compare:
         strategy = "lookahead" if args.strategy == "autoregressive" else args.strategy
-        # the baseline must not warm the n-gram cache with the very response the strategy is about to produce
-        ar = generate(loaded, prompt, strategy="autoregressive", **{**common, "ngram_cache": None})
-        lk = generate(loaded, prompt, strategy=strategy, **common)
+        # the baseline must not warm the n-gram cache with the very response the strategy is about to produce,
+        # nor the prefix cache with the very prompt (both runs prefill it whole: the whole-call times compare)
+        ar = generate(loaded, prompt, strategy="autoregressive", **{**common, "ngram_cache": None}, prefix_cache=False)
+        lk = generate(loaded, prompt, strategy=strategy, **common, prefix_cache=False)
         speedup = lk.stats.tokens_per_s / ar.stats.tokens_per_s if ar.stats.tokens_per_s else 0.0
         identical = ar.token_ids == lk.token_ids
         certs = [_certificate(args, loaded, prompt, r) for r in (ar, lk)]

@@ -83,7 +83,8 @@ def verdict(summary: dict[str, Any], primary: str) -> list[Block]:
 
 def class_table(summary: dict[str, Any]) -> Block:
     header = ["class", "strategy", "n", "new tokens (mean/median)", "acceptance", "tokens/step", "latency p50/p95 s",
-              "TTFT p50 s", "decode tok/s", "device-s/request", "$/request", "processed tokens vs AR",
+              "TTFT p50 s", "prefill share", "prompt tokens reused", "decode tok/s", "device-s/request", "$/request",
+              "processed tokens vs AR",
               "speedup [95% CI]", "device-s saved [95% CI]"]
     rows = []
     for cls, entry in summary["classes"].items():
@@ -93,6 +94,7 @@ def class_table(summary: dict[str, Any]) -> Block:
                 cls, s, str(st["n"]), f"{st['new_tokens_mean']:.1f} / {st['new_tokens_median']:.0f}",
                 _num(st["acceptance_rate"], ".3f"), _num(st["tokens_per_step"], ".2f"),
                 f"{st['latency_p50_s']:.3f} / {st['latency_p95_s']:.3f}", f"{st['ttft_p50_s']:.3f}",
+                _num(st.get("prefill_share"), ".0%"), f"{st.get('cached_tokens_per_request', 0.0):.0f}",
                 _num(st["decode_tokens_per_s"], ".1f"), f"{st['device_s_per_request']:.4f}",
                 f"{st['cost_per_request_usd']:.3g}", _num(st.get("processed_token_ratio_vs_ar"), ".2f"),
                 "baseline" if s == BASELINE else (f"{sp['median']:.2f}x [{sp['ci95'][0]:.2f}, {sp['ci95'][1]:.2f}]"

@@ -58,6 +58,8 @@ def per_request(rows: Sequence[dict[str, Any]]) -> Records:
     out: Records = defaultdict(dict)
     for (cls, strat, rid), rs in sorted(groups.items()):
         rec: Record = {f: float(statistics.median(float(r[f]) for r in rs)) for f in NUMERIC}
+        # prompt tokens the prefix cache supplied (rows written before it existed have none)
+        rec["cached_tokens"] = float(statistics.median(float(r.get("cached_tokens", 0)) for r in rs))
         rec["repeats"] = len(rs)
         rec["mismatches"] = sum(1 for r in rs if r.get("identical") is False)
         rec["checked"] = sum(1 for r in rs if r.get("identical") is not None)
@@ -89,6 +91,7 @@ def strategy_stats(recs: dict[str, Record], price_per_hour: float) -> dict[str, 
         "cpu_s_per_request": statistics.fmean(v["cpu_s"] for v in vals),
         "cost_per_request_usd": dev_mean * price_per_hour / 3600.0,
         "prefill_share": _ratio(sum(v["prefill_s"] for v in vals), sum(total)),
+        "cached_tokens_per_request": statistics.fmean(v.get("cached_tokens", 0.0) for v in vals),
         "wasted_fraction": max(0.0, 1.0 - (_ratio(sum(new), sum(v["processed_tokens"] for v in vals)) or 1.0)),
         "identity_checked": sum(int(v["checked"]) for v in vals),
         "mismatches": sum(int(v["mismatches"]) for v in vals),

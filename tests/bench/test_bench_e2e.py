@@ -73,7 +73,7 @@ def records(rows: list[dict]) -> dict:
     for (c, s, i), rs in groups.items():
         out[(c, s)][i] = {k: float(np.median([x[k] for x in rs])) for k in (
             "new_tokens", "steps", "guesses_verified", "guesses_accepted", "processed_tokens", "prefill_s",
-            "decode_s", "total_s", "ttft_s", "device_s")}
+            "decode_s", "total_s", "ttft_s", "device_s", "cached_tokens")}
     return out
 
 
@@ -117,6 +117,7 @@ def test_summary_numbers_recomputed_from_rows(bench_run) -> None:
             assert close(st["device_s_per_request"], dev)
             assert close(st["cost_per_request_usd"], dev * PRICE / 3600)
             assert close(st["prefill_share"], sum(x["prefill_s"] for x in v) / sum(tot))
+            assert close(st["cached_tokens_per_request"], float(np.mean([x["cached_tokens"] for x in v])))
             assert close(st["wasted_fraction"], max(0.0, 1 - sum(new) / sum(x["processed_tokens"] for x in v)))
             assert st["mismatches"] == 0
             if s == "autoregressive":

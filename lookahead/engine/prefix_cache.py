@@ -30,6 +30,7 @@ was cached.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -55,7 +56,8 @@ class _Entry:
 
 
 class PrefixCache:
-    """Stored prompt prefixes of one model, longest match first. Thread-safe (one lock per call)."""
+    """Stored prompt prefixes of one model, longest match first. Thread-safe (one lock per call). It
+    belongs to the first model it is used with (`bind`): keys and values are the model's own."""
 
     def __init__(self, max_bytes: int = MAX_BYTES, block: int = BLOCK) -> None:
         if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 0:
@@ -71,6 +73,18 @@ class PrefixCache:
         self.hits = 0  # lookups that reused at least one block
         self.lookups = 0
         self.reused_tokens = 0
+        self._owner: weakref.ref[Any] | None = None
+
+    def bind(self, model: Any) -> None:
+        """Use this cache for `model` only; refuses a second model (its keys and values would be another
+        model's)."""
+        with self._lock:
+            owner = self._owner() if self._owner is not None else None
+            if owner is None:
+                self._owner = weakref.ref(model)
+            elif owner is not model:
+                raise ConfigError("this PrefixCache holds another model's keys and values; give each model its "
+                                  "own (or pass prefix_cache=True for the model's shared one)")
 
     def _chain(self, tokens: Sequence[int], blocks: int) -> list[int]:
         """The chained hashes of tokens' first 1..blocks blocks (block k's hash covers blocks 0..k)."""

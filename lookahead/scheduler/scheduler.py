@@ -20,9 +20,9 @@ import time
 from dataclasses import dataclass, replace
 from functools import partial
 
+from lookahead.engine import exact_kernel
 from lookahead.engine.allocator import allocate_batch
 from lookahead.engine.costs import CostCurve, cost_curve
-from lookahead.engine import exact_kernel
 from lookahead.engine.draft import Draft
 from lookahead.engine.numerics import width_probe
 from lookahead.engine.prefix_cache import PrefixCache, split_exact
@@ -103,6 +103,8 @@ class Scheduler:
                               "engine/numerics.py): lower max_batch, or pass exact=False to run unpadded")
         self.curve = device_costs(loaded, self.runner)
         self.cache = self.runner.new_cache(self.config.max_batch)
+        if prefix_cache is not None:
+            prefix_cache.bind(loaded.model)
         self.prefix = prefix_cache if prefix_cache is not None and prefix_cache.max_bytes and self._splits(
             prefix_cache.block) else None
         self.active: list[Request] = []  # active[i] lives in cache slot i

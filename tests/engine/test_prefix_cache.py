@@ -218,3 +218,13 @@ def test_nothing_is_reused_where_the_split_is_not_exact(monkeypatch: pytest.Monk
     assert pc.stats()["lookups"] == 0 and pc.stats()["entries"] == 0
     with pytest.raises(ConfigError, match="prefix_cache"):
         generate(lm, "x", raw=True, max_new_tokens=2, prefix_cache="yes")  # type: ignore[arg-type]
+
+
+def test_a_cache_serves_one_model() -> None:
+    # keys are token ids only: a cache filled by one model must not hand its tensors to another
+    a, b = tiny_model("llama", dtype=torch.bfloat16, seed=0), tiny_model("llama", dtype=torch.bfloat16, seed=1)
+    pc = PrefixCache(block=16)
+    generate(a, _prompts()[0], raw=True, max_new_tokens=2, prefix_cache=pc)
+    with pytest.raises(ConfigError, match="another model"):
+        generate(b, _prompts()[0], raw=True, max_new_tokens=2, prefix_cache=pc)
+    assert generate(a, _prompts()[0], raw=True, max_new_tokens=2, prefix_cache=pc).stats.cached_tokens > 0

@@ -136,8 +136,12 @@ class Scheduler:
         cached, tokens = 0, request.prompt_ids[:-1]
         if self.prefix is not None and not request.states:
             cached, kv = self.prefix.match(tokens)
-            if cached:
-                self.cache.load(slot, kv)
+            least = self.runner.model.row_floor(1)  # a shorter rest would be padded, off the causal kernel
+            while 0 < len(tokens) - cached < least:
+                cached -= self.prefix.block
+            if cached > 0:
+                self.cache.load(slot, [(k[:, :cached], v[:, :cached]) for k, v in kv])
+            cached = max(cached, 0)
         states = self.runner.prefill(self.cache, request.prompt_ids, request.states, cached)
         if states is not None and isinstance(request.proposer, WantsStates):
             request.proposer.observe_states(0, states)

@@ -228,3 +228,20 @@ def test_a_cache_serves_one_model() -> None:
     with pytest.raises(ConfigError, match="another model"):
         generate(b, _prompts()[0], raw=True, max_new_tokens=2, prefix_cache=pc)
     assert generate(a, _prompts()[0], raw=True, max_new_tokens=2, prefix_cache=pc).stats.cached_tokens > 0
+
+
+def test_the_rest_of_a_prompt_is_never_shorter_than_the_width_floor(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A pass narrower than the model's width floor is padded with dummy rows, which takes it off the causal
+    # kernel (other bits): where a stored prefix would leave fewer tokens than the floor, a block less is used.
+    lm = tiny_model("llama", dtype=torch.bfloat16)
+    monkeypatch.setattr(ModelRunner, "row_floor", lambda self, batch: 6)
+    pc = PrefixCache(block=16)
+    head = "0123456789abcdef" * 3  # 48 bytes: with the BOS token, the prefilled tokens are 48 + rest
+    ids = lm.encode(head, raw=True)
+    first = generate(lm, ids + [1] * 20, max_new_tokens=2, prefix_cache=pc)  # stores 64 of its 68 prefilled tokens
+    assert first.stats.cached_tokens == 0
+    # 48 + 5 prefilled: 48 stored tokens would leave 5 < 6, so 32 are used (a rest of 21)
+    got = generate(lm, ids[:48] + [2] * 5 + [3], max_new_tokens=2, prefix_cache=pc)
+    assert got.stats.cached_tokens == 32
+    # 48 + 6 prefilled: the rest is the floor's 6 rows, so all 48 are used
+    assert generate(lm, ids[:48] + [2] * 6 + [3], max_new_tokens=2, prefix_cache=pc).stats.cached_tokens == 48

@@ -94,20 +94,22 @@ class PrefixCache:
             out.append(h)
         return out
 
-    def match(self, tokens: Sequence[int]) -> tuple[int, KV]:
-        """The longest stored prefix of `tokens` (a multiple of the block): its length and its keys and
-        values per layer (views of the stored tensors: copy before writing); (0, []) where none is."""
+    def match(self, tokens: Sequence[int], least: int = 1) -> tuple[int, KV]:
+        """The longest stored prefix of `tokens` (a multiple of the block) that leaves all of them or at
+        least `least` after it (a pass of fewer rows would be padded: engine/model_runner.py): its length
+        and its keys and values per layer (views of the stored tensors: copy before writing); (0, []) where
+        none is."""
         if not self.max_bytes:
             return 0, []
         with self._lock:
             self.lookups += 1
             chain = self._chain(tokens, len(tokens) // self.block)
             for k in range(len(chain), 0, -1):
+                n = k * self.block
                 found = self._index.get(chain[k - 1])
-                if found is None:
+                if found is None or 0 < len(tokens) - n < least:
                     continue
                 entry = self._entries[found[0]]
-                n = k * self.block
                 if entry.tokens[:n] != tuple(tokens[:n]):  # a hash collision
                     continue
                 self._entries.move_to_end(found[0])

@@ -135,13 +135,10 @@ class Scheduler:
         # where its sources want every prompt token's final hidden states); then the prompt is stored
         cached, tokens = 0, request.prompt_ids[:-1]
         if self.prefix is not None and not request.states:
-            cached, kv = self.prefix.match(tokens)
-            least = self.runner.model.row_floor(1)  # a shorter rest would be padded, off the causal kernel
-            while 0 < len(tokens) - cached < least:
-                cached -= self.prefix.block
-            if cached > 0:
-                self.cache.load(slot, [(k[:, :cached], v[:, :cached]) for k, v in kv])
-            cached = max(cached, 0)
+            # a rest shorter than the width floor would be padded, which takes it off the causal kernel
+            cached, kv = self.prefix.match(tokens, least=self.runner.model.row_floor(1))
+            if cached:
+                self.cache.load(slot, kv)
         states = self.runner.prefill(self.cache, request.prompt_ids, request.states, cached)
         if states is not None and isinstance(request.proposer, WantsStates):
             request.proposer.observe_states(0, states)

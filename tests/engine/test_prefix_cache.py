@@ -46,6 +46,9 @@ A = list(range(100, 140))  # 40 tokens: blocks of 16 are A[:16], A[16:32]; A[32:
 def test_the_longest_stored_whole_block_prefix_is_reused() -> None:
     pc = PrefixCache(1 << 20, block=16)
     _store(pc, A)  # keeps A[:32] (the partial block A[32:40] is not kept)
+    # A rest shorter than `least` is not allowed (a padded pass): one block less, or the whole prompt.
+    assert pc.match(A[:35], least=4)[0] == 16 and pc.match(A[:36], least=4)[0] == 32
+    assert pc.match(A[:32], least=4)[0] == 32
     # Same first 35 tokens, then another: both whole blocks match.
     n, kv = pc.match(A[:35] + [7])
     assert n == 32
@@ -58,7 +61,7 @@ def test_the_longest_stored_whole_block_prefix_is_reused() -> None:
     assert pc.match(A[:15])[0] == 0
     # The stored part exactly (32 tokens): all of it.
     assert pc.match(A[:32])[0] == 32
-    assert pc.stats()["hits"] == 3 and pc.stats()["lookups"] == 5 and pc.stats()["reused_tokens"] == 32 + 16 + 32
+    assert pc.stats()["hits"] == 6 and pc.stats()["lookups"] == 8 and pc.stats()["reused_tokens"] == 16 + 32 + 32 + 32 + 16 + 32
 
 
 def test_a_second_prompt_with_the_same_head_is_kept_too_and_answers_for_the_head() -> None:

@@ -79,7 +79,8 @@ def _segments(label: str) -> list[str]:
     name, *rest = label.split("/")
     out = [name.strip()]
     for seg in rest:
-        starts_new = seg.strip() in (CACHE_FLAG, UNPADDED_FLAG, WHOLE_FLAG) or re.match(r"^\s*[A-Za-z_]+=", seg) is not None
+        flag = seg.strip() in (CACHE_FLAG, UNPADDED_FLAG, WHOLE_FLAG)
+        starts_new = flag or re.match(r"^\s*[A-Za-z_]+=", seg) is not None
         if starts_new or len(out) == 1 or "=" not in out[-1]:
             out.append(seg.strip())
         else:

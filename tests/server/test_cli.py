@@ -61,6 +61,7 @@ def test_register_adds_serve_with_defaults(monkeypatch: pytest.MonkeyPatch) -> N
         (["--max-batch", "0"], "max batch must be an integer >= 1"),
         (["--max-batch", "4", "--max-rows", "3"], "max rows must be an integer >= 4"),
         (["--max-kv-tokens", "0"], "max kv tokens must be an integer >= 1"),
+        (["--prefix-cache-mb", "-1"], "prefix cache mb must be an integer >= 0"),
     ],
 )
 def test_bad_flags_exit_2_with_one_error_line(

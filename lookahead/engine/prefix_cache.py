@@ -38,6 +38,7 @@ from typing import Any
 
 import torch
 
+from lookahead.config import is_int
 from lookahead.engine.kvcache import KVCache
 from lookahead.errors import ConfigError
 
@@ -60,9 +61,9 @@ class PrefixCache:
     belongs to the first model it is used with (`bind`): keys and values are the model's own."""
 
     def __init__(self, max_bytes: int = MAX_BYTES, block: int = BLOCK) -> None:
-        if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 0:
+        if not is_int(max_bytes) or max_bytes < 0:
             raise ConfigError(f"the prefix cache's max_bytes must be an integer >= 0 (0: off), got {max_bytes!r}")
-        if not isinstance(block, int) or isinstance(block, bool) or block < 8 or block % 8:
+        if not is_int(block) or block < 8 or block % 8:
             raise ConfigError(f"the prefix cache's block must be a positive multiple of 8 tokens, got {block!r}")
         self.max_bytes, self.block = max_bytes, block
         self._entries: OrderedDict[int, _Entry] = OrderedDict()  # by id, least recently used first

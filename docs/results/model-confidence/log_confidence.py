@@ -9,6 +9,7 @@ import lookahead.scheduler.request as rq
 import lookahead.engine.step as st
 import lookahead.candidates.pool as pool
 torch.set_num_threads(2)
+WL = __import__("os").environ.get("WL", "workloads")  # lookahead workloads build folder
 M = lookahead.load("smollm2-135m-instruct", dtype="bfloat16")
 TOP = []
 ol = st.largest
@@ -49,7 +50,7 @@ out = {}
 for c in sys.argv[1].split(","):
     cal, suc = Calibrator(), SuccessorTable(); VALS1.clear(); VALS2.clear()
     reqs = []
-    for r in parse_workload(f"/tmp/wl/{c}.jsonl")[30:30 + int(sys.argv[2])]:
+    for r in parse_workload(f"{WL}/{c}.jsonl")[30:30 + int(sys.argv[2])]:
         LOG.clear()
         g = generate(M, r.chat() if r.prompt is None else r.prompt, raw=r.prompt is not None, max_new_tokens=128, calibrator=cal, successors=suc, prefix_cache=False)
         reqs.append((g.token_ids, list(LOG)))

@@ -6,6 +6,7 @@ from lookahead.candidates.recycling import SuccessorTable
 from lookahead.workloads.format import parse_workload
 import lookahead.scheduler.request as rq
 torch.set_num_threads(2)
+WL = __import__("os").environ.get("WL", "workloads")  # lookahead workloads build folder
 M = lookahead.load("smollm2-135m-instruct", dtype="bfloat16")
 LOG = []
 op, oi = rq.Request.propose, rq.Request.item
@@ -28,7 +29,7 @@ def best(tree, nodes, future):
 for c in sys.argv[1].split(","):
     cal, suc = Calibrator(), SuccessorTable()
     agg = collections.Counter()
-    for r in parse_workload(f"/tmp/wl/{c}.jsonl")[30:30 + int(sys.argv[2])]:
+    for r in parse_workload(f"{WL}/{c}.jsonl")[30:30 + int(sys.argv[2])]:
         LOG.clear()
         g = generate(M, r.chat() if r.prompt is None else r.prompt, raw=r.prompt is not None, max_new_tokens=128, calibrator=cal, successors=suc, prefix_cache=False)
         full = LOG[0][3] if LOG else 0

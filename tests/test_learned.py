@@ -30,6 +30,7 @@ def test_a_calibrator_read_back_estimates_exactly_as_the_one_written() -> None:
     tracker.record([5, 6, 9])  # recycle/1: depths 1, 2 hit, 3 missed; context/3: 1 hit, 2 missed; recycle/2 missed
     cal.observe_siblings([0.7, 0.2], hit_rank=0)
     cal.observe_siblings([0.6], hit_rank=None, agreed=[True])  # a first token two sources proposed
+    cal.observe_confidence("recycle", 1, 6, 0.4, hit=True)  # a token the model was sure of, right
     back = Calibrator.from_json(json.loads(json.dumps(cal.to_json())), CalibrationConfig(decay=0.9, agreement=True))
     assert back.reached == cal.reached and back.hits == cal.hits
     # Seen keys, and unseen features that back off to their source's other features at that depth.
@@ -37,7 +38,10 @@ def test_a_calibrator_read_back_estimates_exactly_as_the_one_written() -> None:
         assert back.conditional(*key) == pytest.approx(cal.conditional(*key), abs=1e-12), key
     assert back.sibling_factor(0) == pytest.approx(cal.sibling_factor(0)) != 1.0
     assert back.sibling_factor(0, agreed=True) == pytest.approx(cal.sibling_factor(0, agreed=True)) != 1.0
+    assert back.confidence_factor("recycle", 1, 6) == pytest.approx(cal.confidence_factor("recycle", 1, 6)) != 1.0
     assert not back.empty and Calibrator().empty
+    older = {k: v for k, v in cal.to_json().items() if k != "confidence"}  # a file written before the factors
+    assert Calibrator.from_json(older).confidence_factor("recycle", 1, 6) == 1.0
 
 
 def test_a_successor_table_read_back_walks_and_forgets_as_the_one_written() -> None:
@@ -94,6 +98,13 @@ def test_a_calibrator_entry_that_no_calibrator_writes_is_refused(entry: list) ->
         Calibrator.from_json({"keys": [["recycle", 0, 1, 1.0, 2.0]] * 2, "siblings": []})
     with pytest.raises(ValueError, match="sibling entry"):  # ranks 0..3, and 4..7 for agreed first tokens
         Calibrator.from_json({"keys": [], "siblings": [[8, 0.5, 0.0]]})
+    for bad in (["recycle", 3, 6, 1.0, 0.0],  # depths are 1 or 2 (for 2+)
+                ["recycle", 1, -1, 1.0, 0.0],  # no negative bucket
+                ["recycle", 1, 6, -1.0, 0.0]):  # nor a negative count
+        with pytest.raises(ValueError, match="confidence entry"):
+            Calibrator.from_json({"keys": [], "siblings": [], "confidence": [bad]})
+    with pytest.raises(ValueError, match="repeated"):
+        Calibrator.from_json({"keys": [], "siblings": [], "confidence": [["recycle", 1, 6, 1.0, 0.0]] * 2})
 
 
 def _learn(lm: lookahead.LoadedModel) -> None:

@@ -2,9 +2,10 @@
 
 Each step:
     1. every source offers up to `per_source` guesses of at most `max_tokens` tokens;
-    2. each guess gets calibrated path probabilities (engine/calibration.py), and every guess offered is
-       tracked, so that it is scored against the text generated at its positions whether or not it is
-       verified;
+    2. each guess gets calibrated path probabilities (engine/calibration.py), each token's rate scaled
+       for the model's own confidence in it where the steps report the model's top-k rows
+       (candidates/confidence.py), and every guess offered is tracked, so that it is scored against the
+       text generated at its positions whether or not it is verified;
     3. the guesses are merged into one trie, the most valuable guess first (so that the tree's first
        chain is the best single chain, which is all an exact step verifies on some devices), and each
        distinct first token's subtree is scaled by a factor learned for its rank among them (and, with
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 
 import torch
 
+from lookahead.candidates.confidence import ModelConfidence
 from lookahead.engine.calibration import Calibrator
 from lookahead.engine.draft import CandidateTree, Draft, StepOutcome
 from lookahead.engine.sources import (Candidate, CandidateSource, Observation, RunsAuxBranch, WantsStates,
@@ -61,9 +63,10 @@ class PoolConfig:
 
 
 class SourcePool:
-    """A Proposer over `sources`; `calibrator` may be shared by the requests of a class."""
+    """A Proposer over `sources`; `calibrator` and `confidence` may be shared by the requests of a class."""
 
-    def __init__(self, sources: Sequence[CandidateSource], cfg: PoolConfig, calibrator: Calibrator) -> None:
+    def __init__(self, sources: Sequence[CandidateSource], cfg: PoolConfig, calibrator: Calibrator,
+                 confidence: ModelConfidence | None = None) -> None:
         names = [s.name for s in sources]
         if len(set(names)) != len(names):
             raise ValueError(f"each source may appear once, got {names}")
@@ -75,6 +78,10 @@ class SourcePool:
         self.aux_source = aux[0] if aux else None
         self.aux_name = self.aux_source.name if self.aux_source is not None else None  # type: ignore[attr-defined]
         self.top_k = max((s.top_k for s in self.sources if isinstance(s, WantsSuccessors)), default=0)
+        # the model's confidence in guessed tokens, from the top-k rows the steps report (top_k > 0 only);
+        # `confidence`: a store shared by the requests of a class (the recycled successors' table keeps one)
+        use = self.top_k and calibrator.cfg.confidence
+        self.confidence = (confidence if confidence is not None else ModelConfidence()) if use else None
         self._stateful = [s for s in self.sources if isinstance(s, WantsStates) and s.states]
         self.states = bool(self._stateful)  # the engine reports final hidden states (engine/sources.WantsStates)
         self.aux_worth = cfg.aux_prior
@@ -87,8 +94,14 @@ class SourcePool:
         if n > 0 and self.cfg.per_source > 0:
             for source in self.sources:
                 guesses.extend(source.candidates(context, n, self.cfg.per_source))
-        self.tracker.offer(guesses)
-        scored = [(self.calibrator.path_probabilities(g), g) for g in guesses]
+        calibrator = self.calibrator
+        if self.confidence is not None:  # the model's confidence in each guessed token scales its rate
+            notes = [(calibrator.conditionals(g), self.confidence.path(context, g.tokens)) for g in guesses]
+            self.tracker.offer(guesses, notes)
+            scored = [(calibrator.path_probabilities(g, buckets, rates), g) for (rates, buckets), g in zip(notes, guesses)]
+        else:
+            self.tracker.offer(guesses)
+            scored = [(calibrator.path_probabilities(g), g) for g in guesses]
         scored.sort(key=lambda item: sum(item[0]), reverse=True)  # stable: sources keep their own order on ties
         tree = CandidateTree()
         for probs, guess in scored:
@@ -136,6 +149,8 @@ class SourcePool:
                           outcome.successor_logits)
         for source in self.sources:
             source.observe(obs)
+        if self.confidence is not None:
+            self.confidence.observe(obs)
         if outcome.states is not None:  # the root's and the matched nodes' states: the root sat at len - accepted - 1
             self.observe_states(len(context) - len(outcome.accepted) - 1, outcome.states)
 

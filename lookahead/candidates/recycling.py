@@ -81,6 +81,7 @@ from typing import Any
 
 import torch
 
+from lookahead.candidates.confidence import ModelConfidence
 from lookahead.engine.sampling import TokenChooser
 from lookahead.engine.sources import HISTORY, Candidate, Observation
 
@@ -110,6 +111,9 @@ class SuccessorTable:
         self.adj: dict[int, tuple[int, ...]] = {}
         self.confirmed: dict[int, int] = {}
         self.contexts: OrderedDict[tuple[int, ...], tuple[int, ...]] = OrderedDict()
+        # how sure the model was of each row's tokens, shared with the table (candidates/confidence.py; fed
+        # and read by the candidate pool; not kept in learned-state files: a few steps rebuild it)
+        self.confidence = ModelConfidence()
 
     def write(self, before: Sequence[int], token: int, row: tuple[int, ...]) -> None:
         """The successors of `token` after the tokens `before` (oldest first): the newest row wins, for

@@ -106,7 +106,10 @@ def _pool(x: ProposerInputs) -> Proposer:
         # The paper's algorithm (lookahead_jacobi) runs its window and verifies its G n-grams every step.
         pool = PoolConfig(max_tokens=lk.candidate_tokens, per_source=lk.guesses,
                           allocate=cfg.adaptive and cfg.strategy == "lookahead")
-    return SourcePool(sources, pool, x.calibrator or Calibrator())
+    # The model's confidence in guessed tokens is kept with the recycled successors it comes from: shared
+    # where they are (a class, or a model's requests), the request's own otherwise.
+    confidence = x.successors.confidence if x.successors is not None else None
+    return SourcePool(sources, pool, x.calibrator or Calibrator(), confidence)
 
 
 def _speculative(x: ProposerInputs) -> Proposer:

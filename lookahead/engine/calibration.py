@@ -58,6 +58,8 @@ from lookahead.engine.shared import shared
 from lookahead.engine.sources import Candidate
 
 Key = tuple[str, int, int]  # (source, feature, depth)
+ConfidenceKey = tuple[str, int, int]  # (source, 1 or 2 for depths 2+, the model's confidence bucket)
+Confidence = tuple[Sequence[float], Sequence[int]]  # a guess's conditionals before the correction, its buckets
 SIBLING_RANKS = 4  # first-token ranks corrected apart: 0, 1, 2 and 3+ (and, with `agreement`, again for
 # first tokens that more than one source proposed: keys SIBLING_RANKS .. 2 * SIBLING_RANKS - 1)
 
@@ -71,7 +73,11 @@ class CalibrationConfig:
     d > 1 to the estimate at depth d - 1 where it is higher; siblings: let a candidate pool scale the
     tree's first tokens by `sibling_factor` of their rank (candidates/pool.py); agreement: learn that
     factor apart for first tokens that several sources proposed (off by default: it did not pay, docs/measurements.md,
-    "Measured: depth backoff in the calibrator")."""
+    "Measured: depth backoff in the calibrator"); confidence: scale each guessed token's rate by a factor
+    learned for the model's own confidence in it (`confidence_factor`, candidates/confidence.py);
+    confidence_decay: the weight those factors' old counts keep per new token scored (slower than `decay`:
+    a factor corrects a rate that itself follows the text, and its buckets are many; 0.98 there gave
+    +2.3% tokens per unit of step cost, 0.995 +2.9%, docs/measurements.md)."""
 
     prior_hit: float = 1.0
     prior_miss: float = 2.0
@@ -81,13 +87,17 @@ class CalibrationConfig:
     depth_backoff: bool = True
     siblings: bool = True
     agreement: bool = False  # A/B on held-out requests: paired speed 1.004 (0.97-1.02 per class); off
+    confidence: bool = True
+    confidence_decay: float = 0.995
 
     def __post_init__(self) -> None:
         if self.prior_hit <= 0 or self.prior_miss <= 0:
             raise ValueError(f"prior counts must be > 0, got {self.prior_hit}, {self.prior_miss}")
-        if not 0.0 < self.decay <= 1.0:
-            raise ValueError(f"decay must be in (0, 1], got {self.decay}")
-        for name in ("backoff", "depth_backoff", "siblings", "agreement"):
+        for name in ("decay", "confidence_decay"):
+            value = getattr(self, name)
+            if not 0.0 < value <= 1.0:
+                raise ValueError(f"{name} must be in (0, 1], got {value}")
+        for name in ("backoff", "depth_backoff", "siblings", "agreement", "confidence"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
 
@@ -106,6 +116,9 @@ class Calibrator:
         # first-token rank -> decayed sums of predicted probabilities and of hits (sibling_factor)
         self._sib_pred: dict[int, float] = {}
         self._sib_hits: dict[int, float] = {}
+        # (source, depth 1 or 2 for 2+, confidence bucket) -> decayed sums of predicted conditionals and of hits
+        self._conf_pred: dict[ConfidenceKey, float] = {}
+        self._conf_hits: dict[ConfidenceKey, float] = {}
 
     # -- estimates ------------------------------------------------------------------------------
     def conditional(self, source: str, feature: int, depth: int) -> float:
@@ -130,14 +143,43 @@ class Calibrator:
             out.append((hit + k * m) / (reached + k))
         return out
 
-    def path_probabilities(self, cand: Candidate) -> list[float]:
-        """[len(cand.tokens)]: the probability that the candidate's tokens 1..d are all accepted, per d."""
+    def conditionals(self, cand: Candidate) -> list[float]:
+        """[len(cand.tokens)]: P(token d accepted | tokens before it accepted), per d, from the candidate's
+        (source, feature) alone."""
+        return self._conditionals(cand.source, cand.feature, len(cand.tokens))
+
+    def path_probabilities(self, cand: Candidate, buckets: Sequence[int] | None = None,
+                           conditionals: Sequence[float] | None = None) -> list[float]:
+        """[len(cand.tokens)]: the probability that the candidate's tokens 1..d are all accepted, per d.
+        `buckets`: the model's confidence in each token (candidates/confidence.py), whose learned factors
+        scale the conditionals (with CalibrationConfig.confidence); `conditionals`: `conditionals(cand)`,
+        where the caller has them."""
+        rates = self.conditionals(cand) if conditionals is None else conditionals
+        scale = buckets is not None and self.cfg.confidence
         out: list[float] = []
         p = 1.0
-        for rate in self._conditionals(cand.source, cand.feature, len(cand.tokens)):
+        for depth, rate in enumerate(rates, start=1):
+            if scale:
+                rate = min(1.0, rate * self.confidence_factor(cand.source, depth, buckets[depth - 1]))  # type: ignore[index]
             p *= rate
             out.append(p)
         return out
+
+    # -- the model's confidence in a token ------------------------------------------------------
+    def confidence_factor(self, source: str, depth: int, bucket: int) -> float:
+        """Correction of `source`'s conditional rate at `depth` for a token in confidence `bucket`:
+        (hits + k) / (predicted + k) over the tokens of that kind scored so far, shrunk towards 1 by
+        k = a + b pseudo-counts (as `sibling_factor`)."""
+        k = self.cfg.prior_hit + self.cfg.prior_miss
+        key = (source, min(depth, 2), bucket)
+        return (self._conf_hits.get(key, 0.0) + k) / (self._conf_pred.get(key, 0.0) + k)
+
+    def observe_confidence(self, source: str, depth: int, bucket: int, predicted: float, hit: bool) -> None:
+        """A token of `source` at `depth` in confidence `bucket`, whose conditional rate was `predicted`
+        (before the correction), was put to the test; `hit`: it was right."""
+        key, d = (source, min(depth, 2), bucket), self.cfg.confidence_decay
+        self._conf_pred[key] = d * self._conf_pred.get(key, 0.0) + predicted
+        self._conf_hits[key] = d * self._conf_hits.get(key, 0.0) + (1.0 if hit else 0.0)
 
     def observe(self, cand: Candidate, depth: int, hit: bool) -> None:
         """Token `depth` of `cand` was put to the test (the ones before it were right); `hit`: it was right too."""
@@ -180,8 +222,10 @@ class Calibrator:
         """The decayed counts, as JSON-ready lists (the configuration is not kept: a loaded calibrator
         takes the one it is given). Reads copies, like `report`."""
         reached, hits, pred, sib_hits = dict(self.reached), dict(self.hits), dict(self._sib_pred), dict(self._sib_hits)
+        conf_pred, conf_hits = dict(self._conf_pred), dict(self._conf_hits)
         return {"keys": [[s, f, d, min(hits.get((s, f, d), 0.0), n), n] for (s, f, d), n in reached.items()],
-                "siblings": [[r, pred.get(r, 0.0), sib_hits.get(r, 0.0)] for r in sorted(set(pred) | set(sib_hits))]}
+                "siblings": [[r, pred.get(r, 0.0), sib_hits.get(r, 0.0)] for r in sorted(set(pred) | set(sib_hits))],
+                "confidence": [[s, d, b, p, conf_hits.get((s, d, b), 0.0)] for (s, d, b), p in sorted(conf_pred.items())]}
 
     @classmethod
     def from_json(cls, data: Any, cfg: CalibrationConfig = CalibrationConfig()) -> Calibrator:
@@ -200,12 +244,17 @@ class Calibrator:
             if not (type(rank) is int and 0 <= rank < 2 * SIBLING_RANKS and _count(predicted) and _count(hits)):
                 raise ValueError(f"bad sibling entry {[rank, predicted, hits]}")
             out._sib_pred[rank], out._sib_hits[rank] = float(predicted), float(hits)
+        for source, depth, bucket, predicted, hits in data.get("confidence", []):  # absent from older files
+            if not (isinstance(source, str) and type(depth) is int and depth in (1, 2) and type(bucket) is int
+                    and 0 <= bucket < 64 and _count(predicted) and _count(hits)) or (source, depth, bucket) in out._conf_pred:
+                raise ValueError(f"bad or repeated confidence entry {[source, depth, bucket, predicted, hits]}")
+            out._conf_pred[(source, depth, bucket)], out._conf_hits[(source, depth, bucket)] = float(predicted), float(hits)
         return out
 
     @property
     def empty(self) -> bool:
         """No guess has been scored yet."""
-        return not self.reached and not self._sib_pred
+        return not self.reached and not self._sib_pred and not self._conf_pred
 
     def tracker(self) -> GuessTracker:
         """A per-request scorer that feeds this calibrator."""
@@ -224,13 +273,17 @@ class GuessTracker:
 
     def __init__(self, calibrator: Calibrator) -> None:
         self.calibrator = calibrator
-        self._pending: list[tuple[int, Candidate]] = []  # (index in the generated text of its first token, guess)
+        # (index in the generated text of its first token, guess, its conditionals and confidence buckets or None)
+        self._pending: list[tuple[int, Candidate, Confidence | None]] = []
         self._generated: list[int] = []
 
-    def offer(self, candidates: Sequence[Candidate]) -> None:
-        """Guesses made for the next tokens (before they are generated)."""
+    def offer(self, candidates: Sequence[Candidate], confidence: Sequence[Confidence] | None = None) -> None:
+        """Guesses made for the next tokens (before they are generated). `confidence`: per guess, its
+        conditional rates before the correction and the model's confidence bucket of each of its tokens
+        (Calibrator.path_probabilities), from which the confidence factors learn."""
         start = len(self._generated)
-        self._pending.extend((start, c) for c in candidates)
+        notes = confidence if confidence is not None else [None] * len(candidates)
+        self._pending.extend((start, c, n) for c, n in zip(candidates, notes))
         limit = self.calibrator.cfg.max_pending
         if len(self._pending) > limit:
             del self._pending[: len(self._pending) - limit]
@@ -239,8 +292,9 @@ class GuessTracker:
         """The tokens generated next (a step's accepted run): score every guess they settle."""
         gen = self._generated
         gen.extend(int(t) for t in accepted)
-        still: list[tuple[int, Candidate]] = []
-        for start, cand in self._pending:
+        still: list[tuple[int, Candidate, Confidence | None]] = []
+        calibrator = self.calibrator
+        for start, cand, note in self._pending:
             # Compare the guess with the text generated at its positions so far; a miss settles it.
             depth, settled = 0, False
             for i, token in enumerate(cand.tokens):
@@ -251,10 +305,13 @@ class GuessTracker:
                     settled = True
                     break
             if not settled and depth < len(cand.tokens):
-                still.append((start, cand))
+                still.append((start, cand, note))
                 continue
             for i in range(depth):
-                self.calibrator.observe(cand, i + 1, gen[start + i] == cand.tokens[i])
+                hit = gen[start + i] == cand.tokens[i]
+                calibrator.observe(cand, i + 1, hit)
+                if note is not None:
+                    calibrator.observe_confidence(cand.source, i + 1, note[1][i], note[0][i], hit)
         self._pending = still
 
 

@@ -148,7 +148,7 @@ class StepOutcome:
     candidate_tokens: int
     successors: list[tuple[int, tuple[int, ...]]] = field(default_factory=list)  # see sources.Observation
     predecessors: list[tuple[int, ...]] = field(default_factory=list)  # see sources.Observation
-    successor_logits: list[tuple[float, ...]] = field(default_factory=list)  # sampled steps; sources.Observation
+    successor_logits: list[tuple[float, ...]] = field(default_factory=list)  # see sources.Observation.logits
     forward_s: float = 0.0  # seconds inside the forward pass
     states: torch.Tensor | None = None  # [len(accepted), D]: final hidden states of the root and matched nodes
 

@@ -46,8 +46,8 @@ class Observation:
     `predecessors` (empty, or one per successors row): the tokens before that row's input token on the
     row's own path, oldest first (for a tree node: the tokens before the root, the root, its ancestors),
     at most HISTORY; empty for rows on no path (aux rows). `logits` (empty, or one per successors row):
-    the model's logits of those top-k tokens, in the same order; sampled steps only (greedy has no use
-    for them: a row's order is already its logits' order)."""
+    the model's logits of those top-k tokens, in the same order (how sure the model was of each:
+    candidates/confidence.py; under sampling they also order recycled rows by the seeded rule)."""
 
     context: Sequence[int]
     accepted: Sequence[int]

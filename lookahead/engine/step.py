@@ -152,8 +152,8 @@ class StepRunner:
             scores: list[tuple[float, ...]] = []
             if top is not None:
                 successors = list(zip(query.tokens[query.keep].tolist(), map(tuple, top.indices.tolist())))
-                if not it.chooser.cfg.greedy:  # their logits order recycled rows by the sampling rule
-                    scores = list(map(tuple, top.values.float().tolist()))
+                scores = list(map(tuple, top.values.float().tolist()))  # the model's confidence in each; sampled
+                # steps also order recycled rows by them (candidates/recycling.py, candidates/confidence.py)
                 before = [it.history[-HISTORY:]]
                 for parent in tree.parents:  # parents come first: node i's tokens before it extend its parent's
                     before.append((*before[parent + 1], it.root if parent < 0 else tree.tokens[parent])[-HISTORY:])

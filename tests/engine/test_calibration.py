@@ -159,7 +159,8 @@ def test_a_shared_calibrator_learns_from_every_request_of_its_class() -> None:
 
 @pytest.mark.parametrize("kwargs", [{"prior_hit": 0}, {"prior_miss": -1}, {"decay": 0.0}, {"decay": 1.5},
                                     {"backoff": "yes"}, {"siblings": 1}, {"depth_backoff": None},
-                                    {"agreement": "no"}])
+                                    {"agreement": "no"}, {"confidence": 1}, {"confidence_decay": 0.0},
+                                    {"confidence_decay": 1.5}])
 def test_bad_calibration_settings_are_refused_with_the_value(kwargs: dict) -> None:
     with pytest.raises(ValueError, match="must be"):
         CalibrationConfig(**kwargs)
@@ -255,3 +256,38 @@ def test_a_calibrator_that_is_not_one_is_refused_with_what_to_pass() -> None:
     lm = tiny_model("llama", dtype=torch.float64, seed=11)
     with pytest.raises(ConfigError, match="calibrator must be a lookahead.engine.calibration.Calibrator"):
         lookahead.generate(lm, "abc", raw=True, max_new_tokens=2, calibrator={"context": 0.5})
+
+
+def test_the_models_confidence_separates_tokens_one_source_rate_lumps_together() -> None:
+    # One source, one feature: half its first tokens are ones the model was sure of (bucket 6), right 90%
+    # of the time; the other half ones the model gave little (bucket 2), right 10%. The source's rate is
+    # ~0.5 for both; the confidence factors learn ~0.9/0.5 and ~0.1/0.5 and pull the two apart.
+    rng = random.Random(3)
+    cal = Calibrator(CalibrationConfig(decay=0.999))
+    tracker = cal.tracker()
+    cand = Candidate((1,), "syn", 0)
+    for i in range(4000):
+        sure = i % 2 == 0
+        truth = 1 if rng.random() < (0.9 if sure else 0.1) else 2
+        tracker.offer([cand], [(cal.conditionals(cand), [6 if sure else 2])])
+        tracker.record([truth])
+    assert cal.conditional("syn", 0, 1) == pytest.approx(0.5, abs=0.05)
+    assert cal.path_probabilities(cand, [6])[0] == pytest.approx(0.9, abs=0.05)
+    assert cal.path_probabilities(cand, [2])[0] == pytest.approx(0.1, abs=0.05)
+    assert cal.path_probabilities(cand, [4]) == cal.path_probabilities(cand)  # a bucket never seen: factor 1
+    off = Calibrator(CalibrationConfig(confidence=False))  # switched off: buckets are ignored
+    assert off.path_probabilities(cand, [6]) == off.path_probabilities(cand, [2]) == off.path_probabilities(cand)
+
+
+def test_confidence_factors_keep_depth_one_apart_from_deeper_tokens_and_cap_rates_at_one() -> None:
+    cal = Calibrator(CalibrationConfig(decay=1.0, confidence_decay=1.0))
+    tracker = cal.tracker()
+    for _ in range(50):  # depth 1 in bucket 5 always right at a predicted 0.5; depth 2 in bucket 5 always wrong
+        tracker.offer([Candidate((1, 2), "s", 0)], [([0.5, 0.5], [5, 5])])
+        tracker.record([1, 3])
+    assert cal.confidence_factor("s", 1, 5) == pytest.approx((50 + 3) / (25 + 3))
+    assert cal.confidence_factor("s", 2, 5) == pytest.approx(3 / (25 + 3))
+    assert cal.confidence_factor("s", 7, 5) == cal.confidence_factor("s", 2, 5)  # depths 2+ share one factor
+    rates = cal.path_probabilities(Candidate((1, 2), "s", 0), [5, 5], conditionals=[0.9, 0.9])
+    assert rates[0] == 1.0  # 0.9 * 1.89, capped: a conditional is a probability
+    assert rates[1] == pytest.approx(0.9 * 3 / 28)

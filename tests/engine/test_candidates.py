@@ -17,6 +17,7 @@ from lookahead.candidates.ngram_cache import NGramCache, NGramCacheConfig, NGram
 from lookahead.candidates.context import CacheSource, ContextSource
 from lookahead.candidates.lookahead import JacobiSource
 from lookahead.candidates.pool import PoolConfig, SourcePool
+from lookahead.candidates.recycling import RecyclingSource
 from lookahead.config import GenerationConfig, LookaheadConfig, PromptLookupConfig, SamplingConfig
 from lookahead.engine.calibration import CalibrationConfig, Calibrator
 from lookahead.engine.draft import CandidateTree, StepOutcome
@@ -360,3 +361,34 @@ def test_integer_settings_refuse_bools_and_fractions(make: Callable[[object], ob
     for bad in (True, 2.0):
         with pytest.raises(ConfigError, match="integer"):
             make(bad)
+
+
+def test_the_pool_learns_what_the_models_confidence_in_a_guessed_token_is_worth() -> None:
+    # Context ... 1 2 3; the context source proposes 4 5 (what followed 1 2 3 before). With a recycling
+    # source the engine reports top-k rows, from which the pool keeps the model's confidence.
+    context = [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3]
+    cal = Calibrator(CalibrationConfig(decay=1.0, confidence_decay=1.0))
+    pool = SourcePool([ContextSource(context), RecyclingSource()], PoolConfig(max_tokens=2, per_source=1), cal)
+    assert pool.top_k and pool.confidence is not None
+    unaware = SourcePool([ContextSource(context)], PoolConfig(max_tokens=2, per_source=1), Calibrator())
+    assert unaware.confidence is None  # no top-k rows reported: nothing to read the model's confidence from
+    pool.propose(context, 100)  # offered before any row: both tokens in bucket 0 (unknown)
+    (_, first, (first_rates, first_buckets)), = [x for x in pool.tracker._pending if x[1].source == "context"]
+    assert first.tokens == (4, 5) and first_buckets == [0, 0]
+    # The step accepted 4 and reported the row of 4 (after 3): 5 at logit 5, 8 at 0 (5 takes 0.993: bucket 6).
+    pool.update(context + [4], StepOutcome(accepted=[4], accepted_sources=["context"], aux_out=[], query_tokens=2,
+                                           candidate_tokens=1, successors=[(4, (5, 8))], predecessors=[(2, 3)],
+                                           successor_logits=[(5.0, 0.0)]))
+    # Next step, after ... 3 4: context proposes 5 6. The model computed a row after (3, 4), with 5 in
+    # bucket 6; no row after 5 yet, so 6 is unknown.
+    pool.propose(context + [4], 100)  # (the recycling source proposes 5 too, from the row: scored apart)
+    (_, second, (rates, buckets)), = [x for x in pool.tracker._pending if x[1].source == "context" and x[0] == 1]
+    assert second.tokens == (5, 6) and buckets == [6, 0]
+    # The model goes on with 5 then 7: 4 5 was right throughout (bucket 0 at depths 1 and 2), 5 6 right at
+    # depth 1 (bucket 6) and wrong at depth 2 (bucket 0). Each factor is (hits + 3) / (predicted + 3).
+    pool.update(context + [4, 5, 7], StepOutcome(accepted=[5, 7], accepted_sources=["model", "model"], aux_out=[],
+                                                 query_tokens=1, candidate_tokens=0))
+    assert cal.confidence_factor("context", 1, 0) == pytest.approx((1 + 3) / (first_rates[0] + 3))
+    assert cal.confidence_factor("context", 1, 6) == pytest.approx((1 + 3) / (rates[0] + 3))
+    assert cal.confidence_factor("context", 2, 0) == pytest.approx((1 + 3) / (first_rates[1] + rates[1] + 3))
+    assert cal.confidence_factor("context", 2, 6) == 1.0  # never seen

@@ -1,5 +1,5 @@
 """Paired A/B of one calibration setting (CalibrationConfig.agreement, .backoff, .depth_backoff, .siblings,
-or .decay at two values; engine/calibration.py), with calibrators shared per class as the bench and the
+.confidence, or .decay or .confidence_decay at two values; engine/calibration.py), with calibrators shared per class as the bench and the
 server keep them.
 
 Runs lookahead with the switch off and on over held-out workload requests, arms interleaved in
@@ -29,8 +29,8 @@ from paired_ab import paired_parser, run_paired  # noqa: E402
 import lookahead  # noqa: E402
 from lookahead.engine.calibration import CalibrationConfig, Calibrator  # noqa: E402
 
-SWITCHES = ("agreement", "backoff", "depth_backoff", "siblings")
-NUMBERS = ("decay",)  # settings compared at two values given by --values
+SWITCHES = ("agreement", "backoff", "depth_backoff", "siblings", "confidence")
+NUMBERS = ("decay", "confidence_decay")  # settings compared at two values given by --values
 
 
 def main() -> int:

@@ -1,7 +1,8 @@
 """A/B of the model's confidence in guessed tokens with the cost curve frozen at its stored prices (no online
 timing refinement): each arm's allocations are then a deterministic function of its guesses and what its
-calibrator learned, so tokens per unit of priced step cost compare the arms without timing noise. Arms as
-in ab.py ("rates-only": CalibrationConfig(confidence=False)); outputs checked identical.
+calibrator learned, so tokens per unit of priced step cost compare the arms without timing noise. Arms:
+"rates-only" (CalibrationConfig(confidence=False)) and "confidence" (the default), each with its own
+calibrator and recycled successors per class; outputs checked identical.
 
     WL=<lookahead workloads build folder> python ab_priced.py CLASSES N FIRST
 """

@@ -1,8 +1,8 @@
+"""Replay the allocator on logged steps (log_confidence.py) with each node's conditional scaled by a
+confidence factor per (source group, depth 1/2+, bucket) fitted in sample: python replay_fitted.py OUT.pkl"""
 import pickle, sys, collections
 from lookahead.engine.allocator import allocate_batch, Candidates
 import lookahead.scheduler.scheduler  # noqa
-data = pickle.load(open(sys.argv[1], "rb"))
-prices = pickle.load(open(sys.argv[2], "rb")) if len(sys.argv) > 2 else None
 def bucket(f):
     if f is None: return 0
     p = f[0]
@@ -17,7 +17,8 @@ def price(k):
     for a, b in zip(ks, ks[1:]):
         if a <= k <= b: return CURVE[a] + (CURVE[b] - CURVE[a]) * (k - a) / (b - a)
     return CURVE[32] * k / 32
-for c, reqs in data.items():
+def steps_of(reqs):
+    """Each logged step as (tree, probs, confidence features, the text that followed, per-node path hit)."""
     steps = []
     for ids, log in reqs:
         for pos, t, probs, feats in log:
@@ -28,34 +29,39 @@ for c, reqs in data.items():
                 h = ok.get(t.parents[n], False) and d <= len(fut) and fut[d-1] == t.tokens[n]
                 ok[n] = h; hits.append(h)
             steps.append((t, probs, feats, fut, hits))
-    # fit factor: realised / calibrated conditional per (group, bucket), nodes whose parent was right
-    pred = collections.Counter(); real = collections.Counter()
-    for t, probs, feats, fut, hits in steps:
-        for n in range(len(t)):
-            par = t.parents[n]
-            if t.depths[n] > len(fut) or (par >= 0 and not hits[par]): continue
-            pp = probs[par] if par >= 0 else 1.0
-            cond = min(probs[n] / pp, 1.0) if pp > 0 else 0.0
-            k = (grp(t, n), bucket(feats[n]))
-            pred[k] += cond; real[k] += hits[n]
-    fac = {k: (real[k] + 1 * 0.3) / (pred[k] + 1) for k in pred}
-    def run(adjust):
-        tok = cost = rows = 0.0
-        for t, probs, feats, fut, hits in steps:
-            p = list(probs)
-            if adjust:
-                cond = []
-                for n in range(len(t)):
-                    par = t.parents[n]; pp = probs[par] if par >= 0 else 1.0
-                    cond.append(min(probs[n] / pp, 1.0) if pp > 0 else 0.0)
-                for n in range(len(t)):
-                    par = t.parents[n]
-                    base = p[par] if par >= 0 else 1.0
-                    p[n] = base * min(1.0, cond[n] * fac.get((grp(t, n), bucket(feats[n])), 1.0))
-            plan = allocate_batch([Candidates(t, p, 0, 0.0, False, None, 16)], price, max_width=16, max_rows=None)[0]
-            acc = max([t.depths[n] for n in plan.nodes if hits[n]], default=0)
-            tok += 1 + acc; cost += plan.cost; rows += plan.width
-        return tok / cost, tok / len(steps), rows / len(steps)
-    a, b = run(False), run(True)
-    print(f"{c}: orig {a[0]:.3f} tok/cost ({a[1]:.2f} tok/step, {a[2]:.2f} rows)  confidence {b[0]:.3f} ({b[1]:.2f}, {b[2]:.2f}) -> {b[0]/a[0]:.3f}x")
-    print("   factors", {f"{k[0][0][:3]}{k[0][1]}b{k[1]}": round(v, 2) for k, v in sorted(fac.items())})
+    return steps
+if __name__ == "__main__":
+  data = pickle.load(open(sys.argv[1], "rb"))
+  for c, reqs in data.items():
+      steps = steps_of(reqs)
+      # fit factor: realised / calibrated conditional per (group, bucket), nodes whose parent was right
+      pred = collections.Counter(); real = collections.Counter()
+      for t, probs, feats, fut, hits in steps:
+          for n in range(len(t)):
+              par = t.parents[n]
+              if t.depths[n] > len(fut) or (par >= 0 and not hits[par]): continue
+              pp = probs[par] if par >= 0 else 1.0
+              cond = min(probs[n] / pp, 1.0) if pp > 0 else 0.0
+              k = (grp(t, n), bucket(feats[n]))
+              pred[k] += cond; real[k] += hits[n]
+      fac = {k: (real[k] + 1 * 0.3) / (pred[k] + 1) for k in pred}
+      def run(adjust):
+          tok = cost = rows = 0.0
+          for t, probs, feats, fut, hits in steps:
+              p = list(probs)
+              if adjust:
+                  cond = []
+                  for n in range(len(t)):
+                      par = t.parents[n]; pp = probs[par] if par >= 0 else 1.0
+                      cond.append(min(probs[n] / pp, 1.0) if pp > 0 else 0.0)
+                  for n in range(len(t)):
+                      par = t.parents[n]
+                      base = p[par] if par >= 0 else 1.0
+                      p[n] = base * min(1.0, cond[n] * fac.get((grp(t, n), bucket(feats[n])), 1.0))
+              plan = allocate_batch([Candidates(t, p, 0, 0.0, False, None, 16)], price, max_width=16, max_rows=None)[0]
+              acc = max([t.depths[n] for n in plan.nodes if hits[n]], default=0)
+              tok += 1 + acc; cost += plan.cost; rows += plan.width
+          return tok / cost, tok / len(steps), rows / len(steps)
+      a, b = run(False), run(True)
+      print(f"{c}: orig {a[0]:.3f} tok/cost ({a[1]:.2f} tok/step, {a[2]:.2f} rows)  confidence {b[0]:.3f} ({b[1]:.2f}, {b[2]:.2f}) -> {b[0]/a[0]:.3f}x")
+      print("   factors", {f"{k[0][0][:3]}{k[0][1]}b{k[1]}": round(v, 2) for k, v in sorted(fac.items())})

@@ -1,31 +1,18 @@
-import pickle, sys, collections
+"""Replay the allocator on logged steps (log_confidence.py) with each node's conditional scaled by a
+confidence factor per (source, depth 1/2+, bucket) learned online in step order: python replay_online.py OUT.pkl"""
+import collections, os, pickle, sys
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from lookahead.engine.allocator import allocate_batch, Candidates
+from replay_fitted import bucket, price, steps_of  # noqa: E402
 data = pickle.load(open(sys.argv[1], "rb"))
-def bucket(f):
-    if f is None: return 0
-    p = f[0]
-    return 1 if p == 0 else 2 if p < .1 else 3 if p < .3 else 4 if p < .6 else 5 if p < .9 else 6
 def grp(t, n):
     return (t.sources[n], min(t.depths[n], 2))
-CURVE = {1: 1.0, 2: 1.0551, 3: 1.0667, 4: 1.1752, 5: 1.17, 6: 1.157, 8: 1.2532, 12: 1.4803, 16: 1.699, 24: 2.0915, 32: 2.4066}
-def price(k):
-    ks = sorted(CURVE)
-    for a, b in zip(ks, ks[1:]):
-        if a <= k <= b: return CURVE[a] + (CURVE[b] - CURVE[a]) * (k - a) / (b - a)
-    return CURVE[32] * k / 32
 for decay in (0.98, 0.995, 1.0):
   tot = collections.Counter()
   for c, reqs in data.items():
     pred = collections.defaultdict(float); real = collections.defaultdict(float)
     res = {False: [0, 0], True: [0, 0]}
-    for ids, log in reqs:
-        for pos, t, probs, feats in log:
-            fut = ids[pos:]
-            ok = {-1: True}; hits = []
-            for n in range(len(t)):
-                d = t.depths[n]
-                h = ok.get(t.parents[n], False) and d <= len(fut) and fut[d-1] == t.tokens[n]
-                ok[n] = h; hits.append(h)
+    for t, probs, feats, fut, hits in steps_of(reqs):
             cond = []
             for n in range(len(t)):
                 par = t.parents[n]; pp = probs[par] if par >= 0 else 1.0

@@ -24,6 +24,7 @@ the raw ones (before temperature); the buckets are learned per calibrator, so on
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Sequence
 
 from lookahead.engine.sources import Observation
@@ -36,7 +37,7 @@ BUCKETS = 2 + len(EDGES) + 1
 
 def bucket_of(p: float) -> int:
     """The bucket of a probability among a row's tokens: 2 + the number of EDGES at or below it."""
-    return 2 + sum(1 for edge in EDGES if p >= edge)
+    return 2 + bisect_right(EDGES, p)
 
 
 class ModelConfidence:

@@ -251,24 +251,31 @@ class KVCache(Cache):
         (`slot`: which one; None: every selected slot, all of length prefix + Q)."""
         n = rows.numel()
         if n and int(rows[-1]) == n - 1:  # rows 0..n-1 (ascending, distinct): already in place, no copy
-            for layer in self.layers:
-                if slot is None:
+            if slot is None:
+                for layer in self.layers:
                     layer.crop(prefix + n - layer.length)
-                else:
-                    layer.set_length(slot, prefix + n)
+            else:
+                self._set_lengths(range(slot, slot + 1), prefix + n)
             return
         kern = exact_kernel.loaded()
         if kern is not None and n and rows.dtype == torch.long and all(layer.is_initialized for layer in self.layers):
             # every layer's keys and values in one call (engine/lean_kernel.cpp), then the lengths
             lo, hi = self.layers[0]._span() if slot is None else (slot, slot + 1)
             kern.keep_rows_([t for layer in self.layers for t in (layer._k, layer._v)], lo, hi, prefix, rows)
-            for layer in self.layers:
-                for s in range(lo, hi):
-                    layer.lengths[s] = prefix + n
-                layer._views(layer.length)
+            self._set_lengths(range(lo, hi), prefix + n)
             return
         for layer in self.layers:
             layer.keep(prefix, rows, slot)
+
+    def _set_lengths(self, slots: range, length: int) -> None:
+        """Slots `slots` hold `length` entries in every layer (the layers' lengths move together: one
+        layer's longest selected slot is every layer's). A step sets them once per pass, for ~30 layers."""
+        for layer in self.layers:
+            for s in slots:
+                layer.lengths[s] = length
+        end = self.layers[0].length if self.layers else 0
+        for layer in self.layers:
+            layer._views(end)
 
     def move(self, src: int, dst: int) -> None:
         """Slot `dst` takes over slot `src`'s entries (the scheduler packs its active requests)."""

@@ -37,31 +37,35 @@ class MaskBuilder:
         return self.kinds[self.layer_types[layer]] if self.as_dict else self.kinds["full_attention"]
 
     def build(self, prefix: int, positions: torch.Tensor, local: torch.Tensor,
-              width: int | None = None, offsets: torch.Tensor | None = None) -> torch.Tensor | dict[str, torch.Tensor]:
+              width: int | None = None, offsets: torch.Tensor | None = None,
+              dtype: torch.dtype | None = None) -> torch.Tensor | dict[str, torch.Tensor]:
         """Mask for Q query tokens over `prefix` cached keys (positions 0..prefix-1) plus the Q new keys.
 
         positions: [Q] absolute positions of the query tokens; local: [Q, Q] bool, local[i, j] says
         query i may see new key j; offsets: [Q] distinct, where new key j sits after the prefix (None:
         0..Q-1; the keys between are masked for everyone); width: total keys the model sees (>= prefix +
-        span; keys past it are alignment padding, masked for everyone). Returns [1, 1, Q, width]
+        span; keys past it are alignment padding, masked for everyone); dtype: the masks' dtype (None:
+        the model's; the masked value is the model's dtype's minimum either way). Returns [1, 1, Q, width]
         additive masks (0 visible, min elsewhere).
         """
         q = positions.shape[0]
         span = q if offsets is None else int(offsets.max()) + 1
         total = width or prefix + span
-        far = -(2**40)  # masked keys sit "far away" (outside every window)
-        key_pos = positions.new_full((total,), far)  # [K]
-        key_pos[:prefix] = torch.arange(prefix, dtype=positions.dtype)
         visible = torch.zeros(q, total, dtype=torch.bool)  # [Q, K]
         visible[:, :prefix] = True
-        new = torch.arange(prefix, prefix + q) if offsets is None else prefix + offsets  # [Q] key columns
-        key_pos[new] = positions
+        new = slice(prefix, prefix + q) if offsets is None else prefix + offsets  # [Q] key columns
         visible[:, new] = local
+        key_pos = None
+        if any(window is not None for window in self.kinds.values()):
+            far = -(2**40)  # masked keys sit "far away" (outside every window)
+            key_pos = positions.new_full((total,), far)  # [K]
+            key_pos[:prefix] = torch.arange(prefix, dtype=positions.dtype)
+            key_pos[new] = positions
         masks: dict[str, torch.Tensor] = {}
         for kind, window in self.kinds.items():
             vis = visible
-            if window is not None:
+            if window is not None and key_pos is not None:
                 vis = vis & ((positions[:, None] - key_pos[None, :]) < window)
-            m = torch.zeros(q, total, dtype=self.dtype).masked_fill_(~vis, self.min)
+            m = torch.zeros(q, total, dtype=dtype or self.dtype).masked_fill_(~vis, self.min)
             masks[kind] = m[None, None]
         return masks if self.as_dict else masks["full_attention"]

@@ -61,16 +61,11 @@ class Rows:
 
 def _stack(masks: list[Any]) -> Any:
     """Per-sequence masks [1, 1, Q, K] (or dicts of them) -> [B, 1, Q, K] (or a dict)."""
+    if len(masks) == 1:
+        return masks[0]
     if isinstance(masks[0], dict):
         return {kind: torch.cat([m[kind] for m in masks]) for kind in masks[0]}
     return torch.cat(masks)
-
-
-def _to(mask: Any, dtype: torch.dtype) -> Any:
-    """A mask [B, 1, Q, K] (or a dict of them) in `dtype`."""
-    if isinstance(mask, dict):
-        return {kind: m.to(dtype) for kind, m in mask.items()}
-    return mask.to(dtype)
 
 
 FINAL_NORMS = ("norm", "ln_f", "final_layernorm", "final_layer_norm")  # the decoder's last norm, by family
@@ -191,20 +186,21 @@ class ModelRunner:
         q = max(widest, least, width) if fused else self.pass_width(len(parts), widest, width)
         padded = [p.padded(q) for p in parts]
         # Logit rows: every row some part keeps; the LM head gets >= floor rows, a multiple of the quantum
-        # (engine/numerics.py).
-        kept = torch.zeros(q, dtype=torch.bool)
-        for p in parts:
-            kept[p.keep] = True
-        need = max(least, self.whole(int(kept.sum()))) if not fused else least
-        if int(kept.sum()) < need:
-            kept[torch.nonzero(~kept).flatten()[: need - int(kept.sum())]] = True
-        rows = torch.nonzero(kept).flatten()  # [R] ascending
-        in_order = torch.arange(q)
+        # (engine/numerics.py). (Python sets: a pass keeps ~5-20 rows.)
+        kept = set().union(*(p.keep.tolist() for p in parts))
+        need = max(least, self.whole(len(kept))) if not fused else least
+        if len(kept) < need:
+            kept.update([r for r in range(q) if r not in kept][: need - len(kept)])
+        rows = torch.tensor(sorted(kept), dtype=torch.long)  # [R] ascending
         # some keys go to chosen offsets (engine/query.py align_tree; a chain's offsets are in order)
-        placed = any(p.offsets is not None and not torch.equal(o, in_order) for p, (*_, o) in zip(parts, padded))
-        spans = [int(o.max()) + 1 for *_, o in padded]  # [B] entries each slot's pass spans (gaps included)
+        placed = any(p.offsets is not None and not torch.equal(o, torch.arange(q)) for p, (*_, o) in zip(parts, padded))
+        # [B] entries each slot's pass spans (gaps included)
+        spans = [q if p.offsets is None else int(o.max()) + 1 for p, (*_, o) in zip(parts, padded)]
         key_width = cache.key_width(spans)  # exactly the key count the cache will hand the model
-        masks = [self.masks.build(n, pos, loc, key_width, o if placed else None)
+        exact = self.exact_attention and not fused
+        # the exact attention adds the mask in float32 (float64 stays): built so, not converted per layer
+        mask_dtype = torch.promote_types(self.masks.dtype, torch.float32) if exact else None
+        masks = [self.masks.build(n, pos, loc, key_width, o if placed else None, mask_dtype)
                  for n, (_, pos, loc, o) in zip(lengths, padded)]
         kwargs: dict[str, Any] = {self.cache_kwarg: cache, "use_cache": True}
         full = rows.numel() == q  # every row: no gather needed
@@ -215,14 +211,11 @@ class ModelRunner:
         if views and (fused or not self.views):
             raise ValueError("this pass computes no key views: build the runner with views=True (exact attention)"
                              " and do not ask for the fused kernel")
-        tokens = torch.stack([t for t, *_ in padded])  # [B, Q]
-        positions = torch.stack([pos for _, pos, *_ in padded])  # [B, Q]
+        tokens = torch.stack([t for t, *_ in padded]) if len(padded) > 1 else padded[0][0][None]  # [B, Q]
+        positions = torch.stack([pos for _, pos, *_ in padded]) if len(padded) > 1 else padded[0][1][None]  # [B, Q]
         if placed:
             cache.place([o for *_, o in padded])
-        exact = self.exact_attention and not fused
         mask = _stack(masks)
-        if exact:  # the exact attention adds the mask in float32 (float64 stays): convert it once, not per layer
-            mask = _to(mask, torch.promote_types(self.masks.dtype, torch.float32))
         self.states = None
         # hooked for this pass only: a hook left on the model would outlive this runner (one per request)
         hook = self._norm.register_forward_hook(self._keep_states) if states and self._norm is not None else None

@@ -63,30 +63,30 @@ def build_query(root: int, p: int, tree: CandidateTree, aux: AuxBranch | None, v
     t = len(tree)
     a = 0 if aux is None else int(aux.tokens.shape[0])
     q = 1 + t + a
-    tokens = torch.empty(q, dtype=torch.long)
-    positions = torch.empty(q, dtype=torch.long)
+    # Rows 0..t in Python lists, then one tensor each (a step's query has ~5-20 rows: per-element torch
+    # operations would cost more than the lists).
+    tokens = torch.tensor([root, *tree.tokens], dtype=torch.long)
+    positions = torch.tensor([p, *(p + d for d in tree.depths)], dtype=torch.long)
+    seen = [[0]]  # [row]: the rows row i sees (the root, then its ancestors and itself); parents come first
+    for i, parent in enumerate(tree.parents):
+        seen.append([*seen[parent + 1], 1 + i])
     local = torch.zeros(q, q, dtype=torch.bool)
-    local[:, 0] = True  # every row sees the root
-    tokens[0] = root
-    positions[0] = p
-    keep = [torch.arange(1 + t)]
-    if t:
-        tokens[1 : 1 + t] = torch.tensor(tree.tokens)
-        positions[1 : 1 + t] = p + torch.tensor(tree.depths)
-        local[1 : 1 + t, 1 : 1 + t] = tree.ancestors_matrix()
+    local[[i for i, cols in enumerate(seen) for _ in cols], [j for cols in seen for j in cols]] = True
+    keep = torch.arange(1 + t)
     if aux is not None and a:
         rows = slice(1 + t, q)
-        tokens[rows] = aux.tokens
-        positions[rows] = p + aux.offsets
+        tokens = torch.cat([tokens, aux.tokens])
+        positions = torch.cat([positions, p + aux.offsets])
+        local[rows, 0] = True  # every row sees the root
         local[rows, rows] = aux.visible
-        keep.append(1 + t + aux.out_rows)
+        keep = torch.cat([keep, 1 + t + aux.out_rows])
     placed = None
     if offsets is not None:
         if len(offsets) != 1 + t:
             raise ValueError(f"{len(offsets)} offsets for a root and {t} tree nodes")
         tree_at = torch.tensor(offsets)
         placed = torch.cat([tree_at, free_offsets(tree_at, a)])  # aux rows in the gaps first
-    return StepQuery(tokens, positions, local, torch.cat(keep), t, branch_views(tree) if views else (), placed)
+    return StepQuery(tokens, positions, local, keep, t, branch_views(tree) if views else (), placed)
 
 
 def align_tree(tree: CandidateTree, p: int, period: int, block: int | None, pairs: bool = True) -> tuple[CandidateTree, list[int]]:

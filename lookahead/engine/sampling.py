@@ -10,6 +10,7 @@ Lossless speculation needs one rule that maps (distribution at position t, seed,
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
@@ -138,19 +139,21 @@ def _cut(row: torch.Tensor, probs: torch.Tensor, top_p: float) -> torch.Tensor:
     return top[int(kept.sum()) - 1]
 
 
-def first_maximum(logits: torch.Tensor, values: torch.Tensor, indices: torch.Tensor) -> list[int]:
+def first_maximum(logits: torch.Tensor, values: Sequence[Sequence[float]], indices: Sequence[Sequence[int]]) -> list[int]:
     """argmax(logits) per row (the first of equal maxima) from the row's k largest values and their
-    indices [R, k] (descending; equal values in any order). Every value tied with the maximum is among
-    the k unless all k tie, so the smallest index among them is the first maximum; a row whose k values
-    all tie is left to argmax. A lookahead step that recycles the model's top-k predictions has them
-    anyway, and argmax over 8 rows of 49,152 logits took 0.36 ms (Zen 4, 2 threads)."""
-    tied = values == values[:, :1]  # [R, k]
-    first = torch.where(tied, indices, indices.new_full((), logits.shape[-1])).amin(dim=-1)  # [R]
-    crowded = tied[:, -1]  # [R]: all k tie with the maximum; more may lie outside them
-    if bool(crowded.any()):
-        rows = logits[crowded]
-        first[crowded] = (rows.float() if rows.dtype in _NARROW else rows).argmax(dim=-1)
-    return first.tolist()
+    indices (lists [R][k], descending; equal values in any order). Every value tied with the maximum is
+    among the k unless all k tie, so the smallest index among them is the first maximum; a row whose k
+    values all tie is left to argmax. A lookahead step that recycles the model's top-k predictions has
+    them anyway (as lists: a step reads them in Python), and argmax over 8 rows of 49,152 logits took
+    0.36 ms (Zen 4, 2 threads)."""
+    out = []
+    for row, (vals, idx) in enumerate(zip(values, indices)):
+        if vals[-1] == vals[0]:  # all k tie with the maximum; more may lie outside them
+            x = logits[row]
+            out.append(int((x.float() if x.dtype in _NARROW else x).argmax()))
+        else:
+            out.append(min(i for v, i in zip(vals, idx) if v == vals[0]))
+    return out
 
 
 class TokenChooser:
@@ -180,9 +183,9 @@ class TokenChooser:
             del self._noise[p]
 
     def choose(self, logits: torch.Tensor, positions: list[int],
-               top: tuple[torch.Tensor, torch.Tensor] | None = None) -> list[int]:
+               top: tuple[Sequence[Sequence[float]], Sequence[Sequence[int]]] | None = None) -> list[int]:
         """logits: [R, V] for the positions they predict (len R) -> R chosen token ids. `top`: the rows'
-        k largest logits and their indices ([R, k] each, descending, as torch.topk gives them), where the
+        k largest logits and their indices (lists [R][k], descending, as torch.topk gives them), where the
         caller has them: greedy reads its choice off them."""
         if self.cfg.greedy and top is not None:
             return first_maximum(logits, *top)

@@ -134,8 +134,9 @@ class StepRunner:
             #    or, sampling, at the rows the walk below visits (their order is the walk's).
             t = query.n_tree
             top = largest(out, it.top_k) if it.top_k else None  # [K, top_k] values, indices
+            values, indices = (top.values.tolist(), top.indices.tolist()) if top is not None else ([], [])
             chosen = _Choices(it.chooser, out, (query.positions[query.keep] + 1).tolist(), it.chooser.cfg.greedy,
-                              None if top is None else (top.values, top.indices))
+                              None if top is None else (values, indices))
 
             # 4. Verify: the longest path of the tree the model itself would have produced, plus its next token.
             accepted, sources, nodes = verify(tree, chosen[0], chosen.nodes(t))
@@ -151,8 +152,8 @@ class StepRunner:
             before: list[tuple[int, ...]] = []
             scores: list[tuple[float, ...]] = []
             if top is not None:
-                successors = list(zip(query.tokens[query.keep].tolist(), map(tuple, top.indices.tolist())))
-                scores = list(map(tuple, top.values.float().tolist()))  # the model's confidence in each; sampled
+                successors = list(zip(query.tokens[query.keep].tolist(), map(tuple, indices)))
+                scores = list(map(tuple, values))  # the model's confidence in each; sampled
                 # steps also order recycled rows by them (candidates/recycling.py, candidates/confidence.py)
                 before = [it.history[-HISTORY:]]
                 for parent in tree.parents:  # parents come first: node i's tokens before it extend its parent's
@@ -175,7 +176,7 @@ class _Choices:
     by row, so a row's token is the same chosen alone or among others (engine/sampling.py)."""
 
     def __init__(self, chooser: TokenChooser, logits: torch.Tensor, positions: list[int], eager: bool,
-                 top: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+                 top: tuple[list[list[float]], list[list[int]]] | None = None) -> None:
         self.chooser, self.logits, self.positions = chooser, logits, positions
         self.known: dict[int, int] = dict(enumerate(chooser.choose(logits, positions, top))) if eager else {}
 

@@ -143,9 +143,11 @@ def test_greedy_read_off_the_top_k_is_the_first_maximum(dtype: torch.dtype) -> N
     rows[3] = -5.0
     rows[3, [12, 30, 41, 7, 49, 2, 25, 33]] = 2.0
     values, indices = torch.topk(rows, 4, dim=-1)
+    top = (values.tolist(), indices.tolist())  # as a step hands them over
     chooser = TokenChooser(SamplingConfig(temperature=0.0), 50)
-    assert chooser.choose(rows, [0, 1, 2, 3], (values, indices)) == rows.argmax(dim=-1).tolist()
-    assert chooser.choose(rows, [0, 1, 2, 3], (values, indices))[1:] == [7, 5, 2]
+    assert chooser.choose(rows, [0, 1, 2, 3], top) == rows.argmax(dim=-1).tolist()
+    assert chooser.choose(rows, [0, 1, 2, 3], top)[1:] == [7, 5, 2]
+    assert all(type(t) is int for t in chooser.choose(rows, [0, 1, 2, 3], top))
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64])
@@ -216,7 +218,8 @@ def test_greedy_read_off_largest_is_the_first_maximum(dtype: torch.dtype, monkey
     rows[0, [5000, 128, 127, 3000]] = float(rows[0].float().max()) + 1
     rows[1, [5999]] = float(rows[1].float().max()) + 1  # the last column
     chooser = TokenChooser(SamplingConfig(temperature=0.0), 6000)
-    chosen = chooser.choose(rows, [0, 1, 2], largest(rows, 8))
+    top = largest(rows, 8)
+    chosen = chooser.choose(rows, [0, 1, 2], (top.values.tolist(), top.indices.tolist()))
     assert chosen == rows.argmax(dim=-1).tolist() and chosen[:2] == [127, 5999]
 
 

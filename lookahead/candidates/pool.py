@@ -96,7 +96,8 @@ class SourcePool:
                 guesses.extend(source.candidates(context, n, self.cfg.per_source))
         calibrator = self.calibrator
         if self.confidence is not None:  # the model's confidence in each guessed token scales its rate
-            notes = [(calibrator.conditionals(g), self.confidence.path(context, g.tokens)) for g in guesses]
+            notes = [(rates, self.confidence.path(context, g.tokens))
+                     for g, rates in zip(guesses, calibrator.conditionals_of(guesses))]
             self.tracker.offer(guesses, notes)
             scored = [(calibrator.path_probabilities(g, buckets, rates), g) for (rates, buckets), g in zip(notes, guesses)]
         else:

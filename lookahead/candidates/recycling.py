@@ -257,7 +257,7 @@ class RecyclingSource:
         if not first_row:
             return []
         start = len(context)  # the absolute position of the first guessed token
-        rows: dict[tuple[int, ...], tuple[int, ...]] = {}  # sampling: each path's row, ordered once per call
+        rows: dict[tuple[int, ...], tuple[int, ...] | None] = {}  # each path's row, looked up (sampling: ordered) once
         if self.chooser is not None:
             first_row = self._drawn_first(first_row, root, start)
         # Nodes: index -> (path from the root, score, leaf slot); node 0 is the root itself. A node's
@@ -272,13 +272,14 @@ class RecyclingSource:
         def row_after(path: tuple[int, ...]) -> tuple[int, ...] | None:
             if not path:
                 return first_row
-            before = (*before_root, root, *path[:-1])
-            row = row_of(before[-history:] if history else (), path[-1])[0]
-            if self.chooser is None or not row:
-                return row
-            if path not in rows:  # ordered for the position after the path
-                rows[path] = self._drawn_first(row, path[-1], start + len(path))
-            return rows[path]
+            row = rows.get(path)
+            if row is None:  # a node's row is read when it is expanded and again when its children are
+                before = (*before_root, root, *path[:-1])
+                row = row_of(before[-history:] if history else (), path[-1])[0]
+                if self.chooser is not None and row:  # ordered for the position after the path
+                    row = self._drawn_first(row, path[-1], start + len(path))
+                rows[path] = row
+            return row
 
         # The greedy chain, whole; each of its nodes' rank-1 siblings goes on the frontier.
         parent = 0

@@ -88,7 +88,8 @@ def allocate_batch(requests: Sequence[Candidates], cost: Callable[[int], float],
     each request's best allocation within w rows. The allocator picks the w with the most expected
     tokens per unit cost, w >= every fixed request's width and B * w <= `max_rows` (None: no cap); every
     request gets its root row whatever the cap. At B = 1 this is the single request's best allocation.
-    `views_cost`: the cost of a pass in which some request verifies branches (None: `cost`)."""
+    `views_cost`: the cost of a pass in which some request verifies branches (None: `cost`). A `cost`
+    with a `many(widths)` method (costs.Price) prices every width in one call."""
     b = len(requests)
     if not b:
         return []
@@ -106,7 +107,9 @@ def allocate_batch(requests: Sequence[Candidates], cost: Callable[[int], float],
     else:  # one path each at the plain cost, or two chains (one key view each) at the views cost
         kinds = [[_best_within(r, most, branches=False) for r in requests],
                  [_best_within(r, most, branches=True, two_chains=True) for r in requests]]
-    plain = {w: cost(b * w) for w in range(least, most + 1)}  # each width priced once per step
+    widths = range(least, most + 1)
+    many = getattr(cost, "many", None)  # a sweep over every width at once (costs.Price): once per step
+    plain = dict(zip(widths, many([b * w for w in widths]) if many else [cost(b * w) for w in widths]))
     viewed: dict[int, float] = {}
     best_w, best_rate, best_kind = least, -1.0, kinds[0]
     for w in range(least, most + 1):

@@ -148,6 +148,17 @@ class Calibrator:
         (source, feature) alone."""
         return self._conditionals(cand.source, cand.feature, len(cand.tokens))
 
+    def conditionals_of(self, cands: Sequence[Candidate]) -> list[list[float]]:
+        """`conditionals(c)` for each of `cands`, computed once per (source, feature) to the longest
+        candidate's depth (a depth's estimate depends only on the depths before it, so a shorter one's
+        are a prefix): a step scores ~5 guesses of up to 8 tokens, several with the same key."""
+        longest: dict[tuple[str, int], int] = {}
+        for c in cands:
+            key = (c.source, c.feature)
+            longest[key] = max(longest.get(key, 0), len(c.tokens))
+        rates = {key: self._conditionals(*key, depth) for key, depth in longest.items()}
+        return [rates[(c.source, c.feature)][: len(c.tokens)] for c in cands]
+
     def path_probabilities(self, cand: Candidate, buckets: Sequence[int] | None = None,
                            conditionals: Sequence[float] | None = None) -> list[float]:
         """[len(cand.tokens)]: the probability that the candidate's tokens 1..d are all accepted, per d.

@@ -22,7 +22,7 @@ import math
 import weakref
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +69,7 @@ class CostCurve:
         self._sums: dict[tuple[int, bool], tuple[float, float, float]] = {}
         self._seen: dict[bool, list[int]] = {False: [], True: []}  # key views -> observed widths, ascending
         self._cheapest: list[tuple[int, float]] | None = None  # [i]: the cheapest of widths[i:] (see pad_to)
+        self._known: dict[tuple[int, bool], float] = {}  # `_learned` until the next observed step
 
     def __call__(self, width: int, most: int | None = None) -> float:
         """Relative cost of a pass of `width` rows (only ratios between widths matter): the cost of the
@@ -83,6 +84,12 @@ class CostCurve:
         return self._learned(k, False)
 
     def _learned(self, k: int, views: bool) -> float:
+        known = self._known.get((k, views))
+        if known is None:
+            known = self._known[(k, views)] = self._correct(k, views)
+        return known
+
+    def _correct(self, k: int, views: bool) -> float:
         """A width's cost as the engine's timings have corrected it. A width never observed between two
         observed ones costs at most the line between their corrected costs: the measured curve (a few
         noisy rounds, maybe from another day's load) may price it too high, and a width the allocator
@@ -116,6 +123,24 @@ class CostCurve:
         within = [w for w in self.widths if k < w <= most]  # ascending: ties go to the narrower width
         best = min(within, key=self._cost, default=k)
         return best if self._cost(best) < self._cost(k) else k
+
+    def padded(self, widths: Iterable[int], most: int | None = None) -> list[int]:
+        """`pad_to(w, most)` for each of `widths`, in one sweep over the measured widths: the allocator
+        prices every width it may run (up to ~40) each step, and the curve changes after every step.
+        Each w runs at the cheapest measured width in (k, most] (k: w raised to the floor; narrowest on
+        ties) where that costs less than k itself; that is what `pad_to` gives, whether or not the
+        cheapest of all wider widths lies past `most`."""
+        wider = self.widths if most is None else self.widths[: bisect.bisect_right(self.widths, most)]
+        best: list[tuple[int, float]] = [(0, math.inf)] * (len(wider) + 1)  # [i]: the cheapest of wider[i:]
+        for j in range(len(wider) - 1, -1, -1):
+            c = self._cost(wider[j])
+            best[j] = (wider[j], c) if c <= best[j + 1][1] else best[j + 1]  # ties go to the narrower width
+        out = []
+        for w in widths:
+            k = max(w, self.floor or 1, 1)
+            at, c = best[bisect.bisect_right(wider, k)]
+            out.append(at if c < self._cost(k) else k)
+        return out
 
     def _cheapest_from(self, k: int) -> int:
         """The cheapest width at or above k: k itself or a wider measured width."""
@@ -169,6 +194,7 @@ class CostCurve:
         if k not in self._seen[views]:
             bisect.insort(self._seen[views], k)
         self._cheapest = None
+        self._known.clear()
 
     @property
     def seconds_per_unit(self) -> float | None:
@@ -189,6 +215,20 @@ class CostCurve:
         """Every width costs the same: what a bandwidth-bound device looks like far below its knee. It
         does not learn from timings, so what the test models decide does not depend on the machine's load."""
         return cls({1: 1.0, 1024: 1.0}, floor, learns=False)
+
+
+class Price:
+    """A curve's c(w) as the allocator reads it: a pass of w rows as it runs, padded within `most` rows
+    (None: no limit), with key views (`views`) or without. `many` prices a list of widths in one sweep."""
+
+    def __init__(self, curve: CostCurve, most: int | None = None, views: bool = False) -> None:
+        self.curve, self.most, self.views = curve, most, views
+
+    def __call__(self, width: int) -> float:
+        return self.curve._learned(self.curve.pad_to(width, self.most), self.views)
+
+    def many(self, widths: Sequence[int]) -> list[float]:
+        return [self.curve._learned(k, self.views) for k in self.curve.padded(widths, self.most)]
 
 
 def measure(model: Any, runner: Any, widths: Sequence[int] = DEFAULT_WIDTHS, repeats: int = 8,

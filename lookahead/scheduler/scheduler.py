@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from functools import partial
 
 from lookahead.engine import exact_kernel
 from lookahead.engine.allocator import allocate_batch
-from lookahead.engine.costs import CostCurve, cost_curve
+from lookahead.engine.costs import CostCurve, Price, cost_curve
 from lookahead.engine.draft import Draft
 from lookahead.engine.numerics import width_probe
 from lookahead.engine.prefix_cache import PrefixCache, split_exact
@@ -206,8 +205,8 @@ class Scheduler:
         # The allocator prices each width as it will run: padded within the same limit.
         limit = max_rows if self.runner.model.floor else widest * batch
         curve = self.curve
-        price = partial(curve, most=limit)
-        views = partial(curve.with_views, most=limit) if self.runner.views else None
+        price = Price(curve, limit)
+        views = Price(curve, limit, views=True) if self.runner.views else None
         plans = allocate_batch(wanted, price, max_width=max(widest, max(c.fixed or 1 for c in wanted)),
                                max_rows=max_rows, views_cost=views)
         # A request its realization priced out of speculating still learns what its guesses would have

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from lookahead.engine.allocator import Candidates, allocate, allocate_batch, chain_first
-from lookahead.engine.costs import CostCurve, curve_from
+from lookahead.engine.costs import CostCurve, Price, curve_from
 from lookahead.engine.draft import CandidateTree
 
 
@@ -288,6 +288,25 @@ def test_padding_follows_the_refined_curve() -> None:
         curve.observe(3, 0.022)
         assert all(curve.pad_to(k) == searched(k) for k in range(1, 20))
     assert curve.pad_to(3) == 4
+
+
+def test_a_sweep_prices_every_width_as_one_at_a_time_does() -> None:
+    # Price.many (one sweep per step) against pad_to and the curve per width: dips, a floor, limits below,
+    # inside and past the measured widths, before and after observed steps (widths between observed ones
+    # priced on the line between them), with and without key views.
+    curves = [CostCurve({1: 1.0, 2: 1.02, 3: 0.88, 4: 0.89, 6: 0.93, 8: 1.03, 12: 0.9}),
+              CostCurve({1: 1.0, 2: 1.78, 3: 2.2, 4: 2.0, 8: 1.86, 16: 2.34}, floor=2, views=0.3),
+              CostCurve({1: 1.0, 8: 1.0, 16: 2.0, 32: 4.0}, floor=4)]
+    for curve in curves:
+        for observed in ([], [(1, 0.01), (8, 0.056), (4, 0.012), (5, 0.03)] * 3):
+            for width, seconds in observed:
+                curve.observe(width, seconds)
+            for most in (None, 1, 2, 4, 5, 8, 12, 40):
+                widths = list(range(1, 41))
+                assert curve.padded(widths, most) == [curve.pad_to(w, most) for w in widths]
+                assert Price(curve, most).many(widths) == [curve(w, most) for w in widths]
+                assert Price(curve, most, views=True).many(widths) == [curve.with_views(w, most) for w in widths]
+                assert [Price(curve, most)(w) for w in widths] == [curve(w, most) for w in widths]
 
 
 # -- one budget across a batch (allocate_batch) ---------------------------------------------------

@@ -57,6 +57,22 @@ def test_features_and_sources_are_calibrated_apart() -> None:
     assert cal.report()["b/0/1"]["rate"] == pytest.approx(21 / 23, abs=1e-4)
 
 
+def test_a_steps_guesses_are_rated_as_each_alone_whatever_they_share() -> None:
+    # conditionals_of computes each (source, feature) once, to its longest guess: every guess must still
+    # get exactly what conditionals() gives it alone (a shorter one a prefix of a longer one's rates).
+    cal = Calibrator(CalibrationConfig(decay=0.9))
+    tracker = cal.tracker()
+    rng = random.Random(3)
+    for _ in range(60):  # uneven evidence over sources, features and depths
+        tracker.offer([Candidate(tuple(rng.randrange(3) for _ in range(rng.randint(1, 5))), rng.choice("ab"),
+                                 rng.randrange(3)) for _ in range(4)])
+        tracker.record([rng.randrange(3) for _ in range(rng.randint(1, 3))])
+    guesses = [Candidate((1, 2, 3, 4, 5), "a", 0), Candidate((1,), "a", 0), Candidate((2, 2), "b", 1),
+               Candidate((1, 2, 3), "a", 0), Candidate((7, 7, 7, 7), "c", 2), Candidate((4, 4), "a", 1)]
+    assert cal.conditionals_of(guesses) == [cal.conditionals(g) for g in guesses]
+    assert cal.conditionals_of([]) == []
+
+
 def test_an_unseen_feature_starts_from_its_sources_measured_rate() -> None:
     # Source "r" has been right 2 times in 40 with feature 0 at depth 1 and never tried feature 7. With
     # backoff, feature 7 starts from what feature 0 showed, smoothed by the prior (1, 2):

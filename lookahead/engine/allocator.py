@@ -111,19 +111,20 @@ def allocate_batch(requests: Sequence[Candidates], cost: Callable[[int], float],
     many = getattr(cost, "many", None)  # a sweep over every width at once (costs.Price): once per step
     plain = dict(zip(widths, many([b * w for w in widths]) if many else [cost(b * w) for w in widths]))
     viewed: dict[int, float] = {}
-    best_w, best_rate, best_kind = least, -1.0, kinds[0]
-    for w in range(least, most + 1):
-        for kind in kinds:
-            options = [per_width[w] for per_width in kind]
+    columns = [list(zip(*kind)) for kind in kinds]  # [kind][w]: each request's option within w rows
+    best_w, best_rate, best_kind = least, -1.0, 0
+    for w in widths:  # narrowest first, and the first kind, on ties
+        for kind, column in enumerate(columns):
+            options = column[w]
             price = plain[w]
             if views_cost is not None and any(o.branches for o in options):
                 if w not in viewed:
                     viewed[w] = views_cost(b * w)
                 price = viewed[w]
-            rate = sum(o.expected for o in options) / price
+            rate = sum([o.expected for o in options]) / price
             if rate > best_rate + 1e-12:
                 best_w, best_rate, best_kind = w, rate, kind
-    options = [per_width[best_w] for per_width in best_kind]
+    options = columns[best_kind][best_w]
     shared = viewed[best_w] if views_cost is not None and any(o.branches for o in options) else plain[best_w]
     return [o.build(shared) for o in options]
 

@@ -166,12 +166,13 @@ class Calibrator:
         scale the conditionals (with CalibrationConfig.confidence); `conditionals`: `conditionals(cand)`,
         where the caller has them."""
         rates = self.conditionals(cand) if conditionals is None else conditionals
-        scale = buckets is not None and self.cfg.confidence
+        if buckets is not None and self.cfg.confidence:
+            factor = self.confidence_factor
+            rates = [min(1.0, rate * factor(cand.source, depth, bucket))
+                     for depth, (rate, bucket) in enumerate(zip(rates, buckets, strict=True), start=1)]
         out: list[float] = []
         p = 1.0
-        for depth, rate in enumerate(rates, start=1):
-            if scale:
-                rate = min(1.0, rate * self.confidence_factor(cand.source, depth, buckets[depth - 1]))  # type: ignore[index]
+        for rate in rates:
             p *= rate
             out.append(p)
         return out

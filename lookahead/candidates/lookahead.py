@@ -37,6 +37,7 @@ class JacobiWindow:
         pool = list(seed_tokens) or [0]
         self.levels: list[list[int]] = [[rng.choice(pool) for _ in range(window)]]
         self._shapes: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+        self._branch: AuxBranch | None = None  # the rows of the current levels (a step that runs none keeps them)
 
     def _shape(self, n_levels: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(offsets[A], visible[A, A], out_rows[W]) for a window of n_levels levels; cached."""
@@ -53,12 +54,17 @@ class JacobiWindow:
         return self._shapes[n_levels]
 
     def branch(self) -> AuxBranch:
-        offsets, visible, out_rows = self._shape(len(self.levels))
-        tokens = torch.tensor([t for level in self.levels for t in level])
-        return AuxBranch(tokens=tokens, offsets=offsets, visible=visible, out_rows=out_rows)
+        """The window's rows for the next step: offered every step, run in few (the allocator runs it only
+        while what it mints pays for its rows), so built again only after the levels change."""
+        if self._branch is None:
+            offsets, visible, out_rows = self._shape(len(self.levels))
+            tokens = torch.tensor([t for level in self.levels for t in level])
+            self._branch = AuxBranch(tokens=tokens, offsets=offsets, visible=visible, out_rows=out_rows)
+        return self._branch
 
     def advance(self, out: list[int]) -> list[tuple[int, tuple[int, ...]]]:
         """Append the newest level; when the window is full, return its W n-grams and drop level 0."""
+        self._branch = None
         self.levels.append(list(out))
         if len(self.levels) < self.n:
             return []

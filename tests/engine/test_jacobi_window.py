@@ -88,6 +88,18 @@ def test_advance_mints_one_ngram_per_column_when_the_window_is_full() -> None:
     assert win.levels == [[20, 21], [30, 31]]
 
 
+def test_the_branch_is_kept_while_the_window_does_not_run_and_rebuilt_when_it_does() -> None:
+    # Offered every step, run in few: steps that skip it leave the levels alone, so the same rows return;
+    # a step that runs it moves the levels, and the next branch carries the new ones.
+    win = JacobiWindow(2, 3, [7])
+    first = win.branch()
+    assert win.branch() is first
+    win.advance([10, 11])
+    second = win.branch()
+    assert second is not first and second.tokens.tolist() == [7, 7, 10, 11] and first.tokens.tolist() == [7, 7]
+    assert second.out_rows.tolist() == [2, 3]
+
+
 # -- the README's diagram ----------------------------------------------------------------------------
 
 def readme_diagram() -> tuple[list[str], dict[str, tuple[str, str]]]:

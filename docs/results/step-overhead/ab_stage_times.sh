@@ -1,10 +1,13 @@
 #!/bin/bash
-# stage times before (c0376d6) and after (HEAD), alternating, same machine minutes apart
-cd /work/main
+# Stage times before and after, alternating, on the same machine minutes apart.
+# Usage: ab_stage_times.sh OLD_CHECKOUT (e.g. `git worktree add /tmp/old c0376d6`); run from the repository
+# root with its virtual environment active. Each arm imports lookahead from its own checkout (PYTHONPATH).
+OLD=${1:?give the checkout of the older commit}
+NEW=$(pwd)
+SCRIPT=$NEW/docs/results/step-overhead/stage_times.py
 for round in 1 2; do
-  for arm in old new; do
-    if [ $arm = old ]; then PP=/tmp/s23/old; else PP=/work/main; fi
-    echo "== round $round arm $arm ($(cd $PP && git rev-parse --short HEAD)) $(python /tmp/bwq.py)"
-    (cd /tmp && PYTHONPATH=$PP /work/main/.venv/bin/python /work/main/docs/results/step-overhead/stage_times.py autoregressive,prompt_lookup,lookahead 1 abcdef)
+  for arm in "$OLD" "$NEW"; do
+    echo "== round $round arm $(cd "$arm" && git rev-parse --short HEAD)"
+    (cd /tmp && PYTHONPATH=$arm python "$SCRIPT" autoregressive,prompt_lookup,lookahead 1 abcdef)
   done
 done

@@ -79,7 +79,6 @@ from collections.abc import Sequence
 from heapq import heappop, heappush
 from typing import Any
 
-import torch
 
 from lookahead.candidates.confidence import ModelConfidence
 from lookahead.engine.sampling import TokenChooser
@@ -345,7 +344,7 @@ class RecyclingSource:
         cfg = self.chooser.cfg
         low = min(known.values())
         logits = [known.get(t, low) / cfg.temperature for t in row]
-        noise = self.chooser.gumbel(position)[torch.tensor(row)].tolist()
+        noise = self.chooser.noise_at(position, row)
         by_logit = sorted(range(len(row)), key=lambda j: -logits[j])
         outside: set[int] = set(by_logit[cfg.top_k:]) if cfg.top_k else set()
         if cfg.top_p < 1.0:  # the row's own share of probability: a nucleus over these tokens only

@@ -11,7 +11,7 @@ Lossless speculation needs one rule that maps (distribution at position t, seed,
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -166,6 +166,7 @@ class TokenChooser:
         self.cfg = cfg
         self.vocab_size = vocab_size
         self._noise: dict[int, torch.Tensor] = {}
+        self._views: dict[int, Any] = {}  # position -> a NumPy view of its noise (`noise_at`)
 
     def gumbel(self, position: int) -> torch.Tensor:
         """Gumbel(0,1) noise for one absolute position: [V], a pure function of (seed, position)."""
@@ -177,10 +178,21 @@ class TokenChooser:
             self._noise[position] = g
         return g
 
+    def noise_at(self, position: int, tokens: Sequence[int]) -> list[float]:
+        """gumbel(position) at `tokens`, as Python floats (the same values as indexing the tensor). Read
+        through a NumPy view of the cached noise: a recycled row's 8 tokens ~1 us, against ~12 us for
+        indexing the tensor with a tensor of them, and a sampled lookahead step reads ~15 such rows."""
+        view = self._views.get(position)
+        if view is None:
+            view = self._views[position] = self.gumbel(position).numpy()
+        return [float(view[t]) for t in tokens]
+
     def forget_before(self, position: int) -> None:
         """Drop cached noise for positions already decided (bounded memory)."""
         for p in [p for p in self._noise if p < position]:
             del self._noise[p]
+        for p in [p for p in self._views if p < position]:
+            del self._views[p]
 
     def choose(self, logits: torch.Tensor, positions: list[int],
                top: tuple[Sequence[Sequence[float]], Sequence[Sequence[int]]] | None = None) -> list[int]:

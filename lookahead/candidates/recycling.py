@@ -79,7 +79,6 @@ from collections.abc import Sequence
 from heapq import heappop, heappush
 from typing import Any
 
-
 from lookahead.candidates.confidence import ModelConfidence
 from lookahead.engine.sampling import TokenChooser
 from lookahead.engine.sources import HISTORY, Candidate, Observation

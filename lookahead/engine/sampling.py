@@ -131,6 +131,8 @@ def _cut(row: torch.Tensor, probs: torch.Tensor, top_p: float) -> torch.Tensor:
     """One row's top-p cut value, sorting the tokens above the lower floors in turn."""
     for floor in _FLOORS[1:]:
         at = torch.nonzero(probs >= floor).flatten() if floor > 0 else None  # [n] candidate tokens
+        if at is not None and not at.numel():
+            continue  # no token reaches this floor (a row flatter than 1 / floor tokens): a lower one
         top, order = torch.sort(row if at is None else row[at], descending=True)  # [n]
         p = (probs if at is None else probs[at])[order]
         kept = (torch.cumsum(p, dim=0) - p) < top_p  # [n]

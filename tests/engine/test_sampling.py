@@ -145,6 +145,21 @@ def test_top_p_over_the_best_tokens_equals_the_full_sort_and_ignores_its_compani
     assert together.sum(dim=-1).min() >= 1  # the likeliest token always stays
 
 
+@pytest.mark.parametrize("top_p", [0.5, 0.9])
+def test_top_p_on_rows_flatter_than_the_probability_floors(top_p: float) -> None:
+    # 49,152 tokens (SmolLM2's vocabulary): a constant row gives every token 2.0e-5, below the first two
+    # floors (1e-3, 1e-4), so no token reaches them and the cut must come from a lower floor (this raised
+    # IndexError until 2026-12-07); a nearly flat row (max 3e-5) likewise. Gemma 3's 262,144 tokens at a
+    # high temperature make such rows. Every token tied with the cut stays: a constant row keeps all.
+    gen = torch.Generator().manual_seed(4)
+    vocab = 49_152
+    x = torch.stack([torch.zeros(vocab), torch.randn(vocab, generator=gen) * 0.1])
+    assert float(torch.softmax(x, dim=-1).max()) < 1e-4
+    kept = nucleus(x, top_p)
+    assert torch.equal(kept, _nucleus_by_full_sort(x, top_p))
+    assert bool(kept[0].all()) and 0 < int(kept[1].sum()) < vocab
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64])
 def test_greedy_read_off_the_top_k_is_the_first_maximum(dtype: torch.dtype) -> None:
     # Rows of 50 logits, k = 4: a unique maximum (row 0); the maximum at columns 30 and 7, which topk may

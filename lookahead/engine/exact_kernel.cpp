@@ -371,6 +371,7 @@ void keep_rows_(const std::vector<at::Tensor>& buffers, int64_t lo, int64_t hi, 
 
 // topk_kernel.cpp, likewise
 std::tuple<at::Tensor, at::Tensor, bool> top_rows(const at::Tensor& x, int64_t k);
+std::tuple<at::Tensor, bool> sampled_choice(const at::Tensor& x, double temperature, const std::vector<at::Tensor>& noise);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("scores", &scores, "scaled, masked q.k for every row and key (see the file's header)");
@@ -390,5 +391,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("keep_rows_", &keep_rows_, "a cache's kept entries moved into place, every buffer in one call (lean_kernel.cpp)");
   m.def("variance", &variance, "bfloat16 rows' mean square as rms_norm sums it (lean_kernel.cpp)");
   m.def("top_rows", &top_rows, "each row's k largest values, descending, ties by index, and their indices (topk_kernel.cpp)");
+  m.def("sampled_choice", &sampled_choice, "each row's argmax of x / temperature + noise, PyTorch's values and first maximum (topk_kernel.cpp)");
   m.def("rms_norm", &rms_norm, "bfloat16 LlamaRMSNorm whole, its sum in PyTorch's order for `lanes` (lean_kernel.cpp)");
 }

@@ -211,6 +211,23 @@ class TokenChooser:
             if logits.dtype in _NARROW:  # widened first: same values, same first maximum, and torch's CPU
                 logits = logits.float()  # argmax over bf16 rows is ~5x slower (0.7 ms for [8, 49152] here)
             return logits.argmax(dim=-1).tolist()
-        x = process_logits(logits[:, : self.vocab_size], self.cfg)
+        logits = logits[:, : self.vocab_size]
+        chosen = self._kernel_choice(logits, positions)
+        if chosen is not None:
+            return chosen
+        x = process_logits(logits, self.cfg)
         noise = torch.stack([self.gumbel(p) for p in positions])  # [R, V]
         return (x + noise).argmax(dim=-1).tolist()
+
+    def _kernel_choice(self, logits: torch.Tensor, positions: list[int]) -> list[int] | None:
+        """The sampled choice in one pass over each row on lookahead's kernel (engine/topk_kernel.cpp
+        `sampled_choice`: PyTorch's values for logits.float() / temperature + noise and argmax's first
+        maximum), where the rule is temperature alone (no top-k, no top-p) and the extension is loaded.
+        None otherwise, or where a value is NaN (the caller's PyTorch path decides then)."""
+        cfg = self.cfg
+        kern = exact_kernel.loaded()
+        if (kern is None or 0 < cfg.top_k < logits.shape[-1] or cfg.top_p < 1.0 or logits.dim() != 2
+                or logits.device.type != "cpu" or logits.dtype not in (torch.bfloat16, torch.float32)):
+            return None
+        chosen, nan = kern.sampled_choice(logits.contiguous(), float(cfg.temperature), [self.gumbel(p) for p in positions])
+        return None if nan else chosen.tolist()

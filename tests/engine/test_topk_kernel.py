@@ -90,3 +90,82 @@ def test_largest_and_the_greedy_choice_take_the_kernel() -> None:
     # float64 (the exact test models) stays on PyTorch
     assert sampling._kernel_top(x.double(), 8) is None
     assert largest(x.double(), 8).values.dtype == torch.float64
+
+
+# -- the sampled choice: argmax(logits / temperature + noise) in one pass ------------------------------
+
+
+def torch_choice(x: torch.Tensor, temperature: float, noise: list[torch.Tensor]) -> list[int]:
+    """The rule as PyTorch computes it (engine/sampling.py before the kernel): widen, divide, add, argmax."""
+    return (x.float() / temperature + torch.stack(noise)).argmax(dim=-1).tolist()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("vocab", [1, 7, 16, 33, 49_152])
+def test_sampled_choice_is_pytorchs_argmax_of_the_noisy_logits(dtype: torch.dtype, vocab: int) -> None:
+    kern = kernel()
+    x = rows_of_every_kind(vocab, dtype, seed=vocab + 1)
+    chooser = TokenChooser(SamplingConfig(temperature=0.7, seed=5), vocab_size=vocab)
+    noise = [chooser.gumbel(p) for p in range(8)]
+    for temperature in (0.7, 1.0, 0.3, 1.7, 0.1234567):  # 0.7 and 0.3: not exact in float32, nor their inverses
+        chosen, nan = kern.sampled_choice(x, temperature, noise)
+        assert not nan and chosen.dtype == torch.int64
+        assert chosen.tolist() == torch_choice(x, temperature, noise), (vocab, temperature)
+        for r in range(x.shape[0]):  # a row alone gets what it gets beside the others
+            alone, _ = kern.sampled_choice(x[r : r + 1].contiguous(), temperature, noise[r : r + 1])
+            assert alone.tolist() == [chosen[r].item()]
+
+
+def test_sampled_choice_takes_the_first_of_equal_maxima() -> None:
+    # Zero noise on a rounded row: the maximum occurs many times, across vector lanes and in the scalar
+    # tail past the last whole vector (37 = 2 * 16 + 5); argmax's answer is its first index.
+    kern = kernel()
+    for vocab in (37, 49_152):
+        x = torch.zeros(4, vocab)
+        x[0, [3, 20, 35]] = 2.0  # the first maximum in lane 3 of vector 0; later equal ones in other lanes
+        x[1, [19, 3 + 16]] = 1.0  # the same index twice: lane 3 of vector 1
+        x[2, [36, vocab - 1]] = 5.0  # only in the tail (vocab 37) or at the end
+        x[3] = float("-inf")  # all equal: index 0, as argmax gives
+        noise = [torch.zeros(vocab) for _ in range(4)]
+        for dtype in (torch.bfloat16, torch.float32):
+            xs = x.to(dtype)
+            chosen, nan = kern.sampled_choice(xs, 1.0, noise)
+            assert not nan and chosen.tolist() == torch_choice(xs, 1.0, noise), vocab
+
+
+def test_sampled_choice_reports_nan_and_checks_its_input() -> None:
+    kern = kernel()
+    x = torch.randn(2, 40, generator=torch.Generator().manual_seed(2))
+    noise = [torch.zeros(40), torch.zeros(40)]
+    x[1, 38] = float("nan")  # in the scalar tail
+    assert kern.sampled_choice(x, 1.0, noise)[1] is True
+    assert kern.sampled_choice(x[:1].contiguous(), 1.0, noise[:1])[1] is False
+    x[1, 38], x[1, 5] = 0.0, float("nan")  # in a whole vector
+    assert kern.sampled_choice(x, 1.0, noise)[1] is True
+    with pytest.raises(RuntimeError, match="one noise row per row"):
+        kern.sampled_choice(x, 1.0, noise[:1])
+    with pytest.raises(RuntimeError, match="V values"):
+        kern.sampled_choice(x, 1.0, [torch.zeros(39), torch.zeros(39)])
+    with pytest.raises(RuntimeError, match="bfloat16 or float32"):
+        kern.sampled_choice(x.double(), 1.0, noise)
+
+
+def test_the_sampled_choice_takes_the_kernel_for_temperature_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    kernel()  # loaded
+    x = rows_of_every_kind(49_152, torch.bfloat16, seed=4)
+    calls = []
+    for cfg in (SamplingConfig(temperature=0.7, seed=9), SamplingConfig(temperature=1.0, seed=9, top_p=0.9),
+                SamplingConfig(temperature=0.8, seed=9, top_k=40)):
+        fast = TokenChooser(cfg, vocab_size=49_152)
+        slow = TokenChooser(cfg, vocab_size=49_152)
+        monkeypatch.setattr(slow, "_kernel_choice", lambda *a: None)  # PyTorch's path, the reference
+        real = fast._kernel_choice
+        monkeypatch.setattr(fast, "_kernel_choice", lambda *a: calls.append(cfg) or real(*a))
+        positions = list(range(100, 108))
+        assert fast.choose(x, positions) == slow.choose(x, positions)
+        took = real(x, positions)
+        assert (took is not None) == (cfg.top_p == 1.0 and cfg.top_k == 0)  # top-k / top-p: PyTorch
+    assert len(calls) == 3
+    x[2, 7] = float("nan")  # a NaN: PyTorch decides (argmax picks the NaN)
+    cfg = SamplingConfig(temperature=0.7, seed=9)
+    assert TokenChooser(cfg, vocab_size=49_152).choose(x, list(range(8)))[2] == 7

@@ -1,5 +1,7 @@
 """Per-source and per-stage time inside a step's proposing and learning (perf_counter wrappers), per
-strategy: where lookahead's extra Python over prompt lookup goes. Usage: source_times.py STRATEGIES REPEATS [PROMPTS]"""
+strategy: where lookahead's extra Python over prompt lookup goes. Usage: source_times.py STRATEGIES REPEATS [PROMPTS | FILE.jsonl]
+(FILE.jsonl: its first REPEATS requests, as timing.run_file decodes them; the sampling rule's noise and choice
+and recycling's `_drawn_first` are timed too)"""
 import sys
 
 import lookahead.candidates.confidence as conf
@@ -9,6 +11,7 @@ import lookahead.engine.draft as dr
 import lookahead.engine.step as st
 import lookahead.scheduler.scheduler as sch
 from lookahead.candidates import context, lookahead as jac, recycling, resume, suffix
+import lookahead.engine.sampling as smp
 from timing import acc, load, run, wrap
 
 lm = load()
@@ -31,6 +34,9 @@ for obj, name, label in [
     (sch, "allocate_batch", "allocate_batch"), (st, "largest", "largest"),
 ]:
     wrap(obj, name, label)
+wrap(smp.TokenChooser, "gumbel", "chooser.gumbel")
+wrap(smp.TokenChooser, "choose", "chooser.choose")
+wrap(recycling.RecyclingSource, "_drawn_first", "recycle._drawn_first")
 for s in sys.argv[1].split(","):
     steps = run(lm, s, int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else "abcdef")
     print(f"{s} steps {steps}")

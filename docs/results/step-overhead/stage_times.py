@@ -1,6 +1,6 @@
 """Where a decoding step's time goes outside the model call: wall time of each stage per step, by
 wrapping the engine's functions with perf_counter (no profiler: cProfile and line tracing inflate
-Python-heavy stages 2-3x). Usage: python stage_times.py STRATEGIES REPEATS [PROMPTS]
+Python-heavy stages 2-3x). Usage: python stage_times.py STRATEGIES REPEATS [PROMPTS | FILE.jsonl]
 (e.g. `autoregressive,lookahead 2 abcdef`: prompts a-f, 192 new tokens, each repeated with the
 learned state carried over). "outside forward" = the scheduler's step minus the model call itself
 (the glue inside ModelRunner.forward_batch counts as outside); NOGC=1 / FREEZE=1 try the garbage

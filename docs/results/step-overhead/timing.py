@@ -1,10 +1,12 @@
 """Helpers shared by stage_times.py and source_times.py: perf_counter wrappers that add each call's wall
 time to a counter, and the loop over prompts a-f (192 new tokens, each prompt repeated with its learned
-state carried over)."""
+state carried over) or over the first requests of a workload file (128 new tokens, each request with its
+own temperature and seed, one calibrator and successor table across them as a class shares them)."""
 from __future__ import annotations
 
 import collections
 import functools
+import json
 import time
 from typing import Any, Callable
 
@@ -12,6 +14,7 @@ import torch
 
 import lookahead
 from lookahead.bench.prompts import PROMPTS
+from lookahead.config import SamplingConfig
 from lookahead.candidates.recycling import SuccessorTable
 from lookahead.engine.calibration import Calibrator
 
@@ -40,7 +43,10 @@ def load() -> lookahead.LoadedModel:
 
 
 def run(lm: lookahead.LoadedModel, strategy: str, repeats: int, prompts: str = "abcdef") -> int:
-    """Decode the prompts with `strategy` (acc cleared first); returns the steps taken."""
+    """Decode the prompts with `strategy` (acc cleared first); returns the steps taken. `prompts` ending in
+    .jsonl: the first `repeats` requests of that workload file instead (see `run_file`)."""
+    if prompts.endswith(".jsonl"):
+        return run_file(lm, strategy, repeats, prompts)
     acc.clear()
     steps = 0
     for p in prompts:
@@ -50,4 +56,20 @@ def run(lm: lookahead.LoadedModel, strategy: str, repeats: int, prompts: str = "
             r = lookahead.generate(lm, ids, max_new_tokens=192, strategy=strategy, calibrator=calibrator,
                                    successors=successors, prefix_cache=False)
             steps += r.stats.steps
+    return steps
+
+
+def run_file(lm: lookahead.LoadedModel, strategy: str, count: int, path: str) -> int:
+    """Decode the first `count` requests of a workload file (greedy or sampled as each says; 128 new tokens)
+    with `strategy`, one calibrator and successor table across them (acc cleared first); returns the steps."""
+    acc.clear()
+    steps = 0
+    calibrator, successors = Calibrator(), SuccessorTable()
+    for line in open(path).readlines()[:count]:
+        r = json.loads(line)
+        sampling = SamplingConfig(temperature=r.get("temperature", 0.0), top_p=r.get("top_p", 1.0), seed=r.get("seed", 0))
+        prompt = r["messages"] if "messages" in r else r["prompt"]
+        g = lookahead.generate(lm, prompt, raw="messages" not in r, max_new_tokens=128, strategy=strategy,
+                               calibrator=calibrator, successors=successors, prefix_cache=False, sampling=sampling)
+        steps += g.stats.steps
     return steps

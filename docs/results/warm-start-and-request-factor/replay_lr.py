@@ -2,14 +2,10 @@
 together (its calibrated conditional, source, depth, the request's factor, the last step's accepted run, the
 parent's conditional, siblings), trained by SGD per class on settled nodes: python replay_lr.py OUT.pkl"""
 import collections, math, pickle, sys
+import os
 from lookahead.engine.allocator import allocate_batch, Candidates
-CURVE = {1: 1.0, 2: 1.05, 3: 1.07, 4: 1.11, 6: 1.19, 8: 1.29, 12: 1.62, 16: 1.79}
-def price(k):
-    ks = sorted(CURVE)
-    if k <= 1: return 1.0
-    for a, b in zip(ks, ks[1:]):
-        if a <= k <= b: return CURVE[a] + (CURVE[b] - CURVE[a]) * (k - a) / (b - a)
-    return CURVE[16] * k / 16
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from replay_req import price  # noqa: E402  (this machine's stored bfloat16 curve)
 def logit(p): p = min(max(p, 1e-4), 1 - 1e-4); return math.log(p / (1 - p))
 def sig(z): return 1 / (1 + math.exp(-max(min(z, 30), -30)))
 data = pickle.load(open(sys.argv[1], "rb"))

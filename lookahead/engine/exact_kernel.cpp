@@ -371,7 +371,8 @@ void keep_rows_(const std::vector<at::Tensor>& buffers, int64_t lo, int64_t hi, 
 
 // topk_kernel.cpp, likewise
 std::tuple<at::Tensor, at::Tensor, bool> top_rows(const at::Tensor& x, int64_t k);
-std::tuple<at::Tensor, bool> sampled_choice(const at::Tensor& x, double temperature, const std::vector<at::Tensor>& noise);
+std::tuple<at::Tensor, bool> sampled_choice(const at::Tensor& x, double temperature, const std::vector<at::Tensor>& noise,
+                                            const c10::optional<at::Tensor>& floors);
 // uniform_kernel.cpp, likewise
 at::Tensor mt_uniform(int64_t seed, int64_t n);
 

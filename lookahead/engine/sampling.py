@@ -101,6 +101,7 @@ def process_logits(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
 # descending order, so where their mass reaches top_p the cut is among them and only they need sorting.
 # The first floor is tried for every row at once, the rest row by row (0: the whole row).
 _FLOORS = (1e-3, 1e-4, 1e-5, 0.0)
+_KERNEL_TOP_K = 64  # `nucleus_cut` takes a row's k best by `largest` up to this k (its kernel inserts each in order)
 
 
 def nucleus(x: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -114,18 +115,28 @@ def nucleus(x: torch.Tensor, top_p: float) -> torch.Tensor:
     of a lookahead step's forward pass. The cut is the same for any number of best tokens that contains it (the
     same values in the same order, summed in that order), so a row's set does not depend on the rows
     beside it."""
+    return x >= nucleus_cut(x, top_p)
+
+
+def nucleus_cut(x: torch.Tensor, top_p: float) -> torch.Tensor:
+    """[R, V] -> [R, 1]: each row's top-p cut, the value of the last token `nucleus` keeps (the rows' k
+    best by `largest`: the same values as torch.topk's, and tied values have the same probability, so the
+    sums before each rank do not depend on how ties are ordered)."""
     probs = torch.softmax(x, dim=-1)  # [R, V]
     vocab = x.shape[-1]
     k = max(1, int((probs >= _FLOORS[0]).sum(dim=-1).max()))
-    top, order = torch.topk(x, k, dim=-1)  # [R, k], descending
+    top, order = largest(x, k) if k <= _KERNEL_TOP_K else torch.topk(x, k, dim=-1)  # [R, k], descending
     p = probs.gather(-1, order)
-    kept = (torch.cumsum(p, dim=-1) - p) < top_p  # [R, k]: mass before each rank below p (a prefix)
+    mass = torch.cumsum(p, dim=-1)  # [R, k]: the mass up to each rank
+    kept = (mass - p) < top_p  # [R, k]: mass before each rank below p (a prefix)
     kept[:, 0] = True  # the best token always: a top_p under float32's least value compares as 0 (0 < 0)
     cut = top.gather(-1, kept.sum(dim=-1, keepdim=True) - 1)  # [R, 1]: the last kept token's value
     if k < vocab:
-        for r in torch.nonzero(kept[:, -1]).flatten().tolist():  # rows whose cut lies past their k best
+        # The mass before the next rank is the k best's whole mass (the same values summed in the same
+        # order): where it is below top_p, that token is kept too and the cut lies past the k best.
+        for r in torch.nonzero(mass[:, -1] < top_p).flatten().tolist():
             cut[r] = _cut(x[r], probs[r], top_p)
-    return x >= cut
+    return cut
 
 
 def _cut(row: torch.Tensor, probs: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -136,8 +147,9 @@ def _cut(row: torch.Tensor, probs: torch.Tensor, top_p: float) -> torch.Tensor:
             continue  # no token reaches this floor (a row flatter than 1 / floor tokens): a lower one
         top, order = torch.sort(row if at is None else row[at], descending=True)  # [n]
         p = (probs if at is None else probs[at])[order]
-        kept = (torch.cumsum(p, dim=0) - p) < top_p  # [n]
-        if at is None or not bool(kept[-1]):  # the cut is among them
+        mass = torch.cumsum(p, dim=0)  # [n]
+        kept = (mass - p) < top_p  # [n]
+        if at is None or not bool(mass[-1] < top_p):  # the next token is not kept: the cut is among them
             break
     return top[int(kept.sum()) - 1]
 
@@ -251,12 +263,32 @@ class TokenChooser:
     def _kernel_choice(self, logits: torch.Tensor, positions: list[int]) -> list[int] | None:
         """The sampled choice in one pass over each row on lookahead's kernel (engine/topk_kernel.cpp
         `sampled_choice`: PyTorch's values for logits.float() / temperature + noise and argmax's first
-        maximum), where the rule is temperature alone (no top-k, no top-p) and the extension is loaded.
-        None otherwise, or where a value is NaN (the caller's PyTorch path decides then)."""
-        cfg = self.cfg
+        maximum), where the extension is loaded. A top-k or top-p rule masks each row below its `floors`
+        (the kernel skips what process_logits would set to -inf). None where the extension is not loaded,
+        or where a value is NaN (the caller's PyTorch path decides then)."""
         kern = exact_kernel.loaded()
-        if (kern is None or 0 < cfg.top_k < logits.shape[-1] or cfg.top_p < 1.0 or logits.dim() != 2
-                or logits.device.type != "cpu" or logits.dtype not in (torch.bfloat16, torch.float32)):
+        if (kern is None or logits.dim() != 2 or logits.device.type != "cpu"
+                or logits.dtype not in (torch.bfloat16, torch.float32)):
             return None
-        chosen, nan = kern.sampled_choice(logits.contiguous(), float(cfg.temperature), [self.gumbel(p) for p in positions])
+        floors = self.floors(logits)
+        chosen, nan = kern.sampled_choice(logits.contiguous(), float(self.cfg.temperature),
+                                          [self.gumbel(p) for p in positions], floors)
         return None if nan else chosen.tolist()
+
+    def floors(self, logits: torch.Tensor) -> torch.Tensor | None:
+        """[R, V] -> [R] float32: the least value of logits.float() / temperature that process_logits
+        keeps in each row (the k-th largest for top-k, the top-p cut, the larger of the two for both), or
+        None where the rule keeps every token. For rows without NaN, process_logits(logits) is
+        x.masked_fill(x < floors, -inf): a token below the top-k value is -inf before the top-p cut, and
+        the cut is either a kept token's value (not below the k-th) or -inf (a top_p above the float sum
+        of the row's probabilities keeps every token, the masked ones still -inf)."""
+        cfg = self.cfg
+        top_k = 0 < cfg.top_k < logits.shape[-1]
+        if not top_k and cfg.top_p >= 1.0:
+            return None
+        x = logits.float() / cfg.temperature  # [R, V], as process_logits divides
+        floor = largest(x, cfg.top_k).values[:, -1:] if top_k else None  # [R, 1]
+        if cfg.top_p < 1.0:
+            cut = nucleus_cut(x if floor is None else x.masked_fill(x < floor, float("-inf")), cfg.top_p)
+            floor = cut if floor is None else torch.maximum(floor, cut)
+        return floor.flatten().contiguous()

@@ -15,14 +15,18 @@
 // ~0.2 ms for a step's ~5-7 rows on 2 Zen 4 cores; the greedy choice without them widened the rows to
 // float32 for argmax (~0.1 ms).
 //
-//   sampled_choice(x [R, V] bfloat16 or float32, contiguous, temperature, noise: R float32 [V] rows)
+//   sampled_choice(x [R, V] bfloat16 or float32, contiguous, temperature, noise: R float32 [V] rows,
+//                  floors: [R] float32 or None)
 //       -> (indices [R] int64, nan): per row, the first index of the largest x / temperature + noise, the
 //       value PyTorch computes for (x.float() / temperature + noise).argmax(-1): the temperature rounded
 //       to float32, an IEEE division then an IEEE addition per element (no reciprocal, no fused
-//       multiply-add), equal values by ascending index. `nan`: some value was NaN (argmax would pick it;
-//       the caller falls back to PyTorch). Why: the seeded sampling rule (engine/sampling.py) chose a
-//       step's rows by widening, dividing, stacking the noise, adding and taking argmax, five passes
-//       over R x 49,152 floats (~0.1 ms a row on 2 Zen 4 cores); this is one.
+//       multiply-add), equal values by ascending index. With `floors`, a value whose x / temperature is
+//       below its row's floor counts as -inf: PyTorch's masked_fill(x < floor, -inf) before the noise,
+//       which is how the rule's top-k and top-p cuts mask a row (the row's best token always stays). `nan`:
+//       some x / temperature + noise was NaN (argmax would pick it; the caller falls back to PyTorch).
+//       Why: the seeded sampling rule (engine/sampling.py) chose a step's rows by widening, dividing,
+//       masking, stacking the noise, adding and taking argmax, five or six passes over R x 49,152 floats
+//       (~0.1 ms a row on 2 Zen 4 cores); this is one.
 
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
@@ -122,16 +126,23 @@ void row_bf16(const uint16_t* x, int64_t V, Best& best) {
   scan_row(best, i, V, [&](int64_t j) { return bf16_to_float(x[j]); });
 }
 
-// The first index of the largest x[i] / t + g[i] over one row, and whether any such value was NaN.
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// The first index of the largest x[i] / t + g[i] over one row, where values whose x[i] / t is below `lo`
+// count as -inf (masked out: the rule's top-k and top-p cut), and whether any x[i] / t + g[i] was NaN.
 template <typename Load>
-std::pair<int64_t, bool> choice_row(int64_t V, float t, const float* g, Load load) {
-  float best = -std::numeric_limits<float>::infinity();
+std::pair<int64_t, bool> choice_row(int64_t V, float t, float lo, const float* g, Load load) {
+  float best = kNegInf;
   int64_t at = 0;
   bool nan = false;
   for (int64_t i = 0; i < V; ++i) {
-    const float v = load(i) / t + g[i];
+    const float q = load(i) / t;
+    const float v = q + g[i];
     if (std::isnan(v)) nan = true;
-    else if (v > best || (i == 0)) { best = v; at = i; }
+    else {
+      const float w = q >= lo ? v : kNegInf;
+      if (w > best || (i == 0)) { best = w; at = i; }
+    }
   }
   return {at, nan};
 }
@@ -141,18 +152,25 @@ std::pair<int64_t, bool> choice_row(int64_t V, float t, const float* g, Load loa
 // index among the lanes holding the largest), then the scalar tail past whole vectors, whose indices are
 // all larger (so only a strictly larger value moves the choice). Requires V >= 16.
 template <typename Load16, typename Load>
-std::pair<int64_t, bool> choice_row16(int64_t V, float t, const float* g, Load16 load16, Load load) {
+std::pair<int64_t, bool> choice_row16(int64_t V, float t, float lo, const float* g, Load16 load16, Load load) {
   const __m512 tv = _mm512_set1_ps(t);
+  const __m512 lov = _mm512_set1_ps(lo);
+  const __m512 neg_inf = _mm512_set1_ps(kNegInf);
   const __m512i step = _mm512_set1_epi32(16);
+  __mmask16 nan = 0;
+  auto value = [&](int64_t i) {  // x / t + g, -inf where x / t < lo; NaN noted before the mask
+    const __m512 q = _mm512_div_ps(load16(i), tv);
+    const __m512 v = _mm512_add_ps(q, _mm512_loadu_ps(g + i));
+    nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(q, lov, _CMP_GE_OQ), neg_inf, v);
+  };
   __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  __m512 best = _mm512_add_ps(_mm512_div_ps(load16(0), tv), _mm512_loadu_ps(g));
+  __m512 best = value(0);
   __m512i at = idx;
-  __mmask16 nan = _mm512_cmp_ps_mask(best, best, _CMP_UNORD_Q);
   int64_t i = 16;
   for (; i + 16 <= V; i += 16) {
     idx = _mm512_add_epi32(idx, step);
-    const __m512 v = _mm512_add_ps(_mm512_div_ps(load16(i), tv), _mm512_loadu_ps(g + i));
-    nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    const __m512 v = value(i);
     const __mmask16 up = _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ);
     best = _mm512_mask_mov_ps(best, up, v);
     at = _mm512_mask_mov_epi32(at, up, idx);
@@ -169,9 +187,10 @@ std::pair<int64_t, bool> choice_row16(int64_t V, float t, const float* g, Load16
   }
   if (choice < 0) choice = 0;
   for (; i < V; ++i) {
-    const float v = load(i) / t + g[i];
+    const float q = load(i) / t;
+    const float v = q + g[i];
     if (std::isnan(v)) nan = 1;
-    else if (v > top) { top = v; choice = i; }
+    else if (q >= lo && v > top) { top = v; choice = i; }
   }
   return {choice, nan != 0};
 }
@@ -209,7 +228,8 @@ std::tuple<at::Tensor, at::Tensor, bool> top_rows(const at::Tensor& x, int64_t k
   return {bf16 ? vals.to(at::kBFloat16) : vals, idx, any_nan};
 }
 
-std::tuple<at::Tensor, bool> sampled_choice(const at::Tensor& x, double temperature, const std::vector<at::Tensor>& noise) {
+std::tuple<at::Tensor, bool> sampled_choice(const at::Tensor& x, double temperature, const std::vector<at::Tensor>& noise,
+                                            const c10::optional<at::Tensor>& floors) {
   TORCH_CHECK(x.dim() == 2 && x.device().is_cpu() && x.is_contiguous(), "sampled_choice: x must be a contiguous [R, V] CPU tensor");
   TORCH_CHECK(x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat, "sampled_choice: x must be bfloat16 or float32");
   const int64_t R = x.size(0), V = x.size(1);
@@ -217,6 +237,12 @@ std::tuple<at::Tensor, bool> sampled_choice(const at::Tensor& x, double temperat
   for (const auto& n : noise) {
     TORCH_CHECK(n.scalar_type() == at::kFloat && n.is_contiguous() && n.device().is_cpu() && n.numel() == V,
                 "sampled_choice: each noise row must be a contiguous float32 CPU tensor of V values");
+  }
+  const float* fp = nullptr;  // each row's floor, or none
+  if (floors.has_value() && floors->defined()) {
+    TORCH_CHECK(floors->scalar_type() == at::kFloat && floors->is_contiguous() && floors->device().is_cpu() &&
+                floors->numel() == R, "sampled_choice: floors must be a contiguous float32 CPU tensor of R values");
+    fp = floors->data_ptr<float>();
   }
   const float t = static_cast<float>(temperature);  // what PyTorch divides a float32 tensor by
   auto out = at::empty({R}, x.options().dtype(at::kLong));
@@ -227,6 +253,7 @@ std::tuple<at::Tensor, bool> sampled_choice(const at::Tensor& x, double temperat
   at::parallel_for(0, R, 1, [&](int64_t lo, int64_t hi) {
     for (int64_t r = lo; r < hi; ++r) {
       const float* g = noise[r].data_ptr<float>();
+      const float l = fp != nullptr ? fp[r] : kNegInf;
       std::pair<int64_t, bool> got;
       if (bf16) {
         const uint16_t* row = static_cast<const uint16_t*>(base) + r * V;
@@ -236,18 +263,18 @@ std::tuple<at::Tensor, bool> sampled_choice(const at::Tensor& x, double temperat
           const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + i));
           return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
         };
-        got = V >= 16 ? choice_row16(V, t, g, load16, load) : choice_row(V, t, g, load);
+        got = V >= 16 ? choice_row16(V, t, l, g, load16, load) : choice_row(V, t, l, g, load);
 #else
-        got = choice_row(V, t, g, load);
+        got = choice_row(V, t, l, g, load);
 #endif
       } else {
         const float* row = static_cast<const float*>(base) + r * V;
         auto load = [row](int64_t i) { return row[i]; };
 #if defined(__AVX512F__)
         auto load16 = [row](int64_t i) { return _mm512_loadu_ps(row + i); };
-        got = V >= 16 ? choice_row16(V, t, g, load16, load) : choice_row(V, t, g, load);
+        got = V >= 16 ? choice_row16(V, t, l, g, load16, load) : choice_row(V, t, l, g, load);
 #else
-        got = choice_row(V, t, g, load);
+        got = choice_row(V, t, l, g, load);
 #endif
       }
       op[r] = got.first;

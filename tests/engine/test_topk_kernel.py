@@ -108,11 +108,11 @@ def test_sampled_choice_is_pytorchs_argmax_of_the_noisy_logits(dtype: torch.dtyp
     chooser = TokenChooser(SamplingConfig(temperature=0.7, seed=5), vocab_size=vocab)
     noise = [chooser.gumbel(p) for p in range(8)]
     for temperature in (0.7, 1.0, 0.3, 1.7, 0.1234567):  # 0.7 and 0.3: not exact in float32, nor their inverses
-        chosen, nan = kern.sampled_choice(x, temperature, noise)
+        chosen, nan = kern.sampled_choice(x, temperature, noise, None)
         assert not nan and chosen.dtype == torch.int64
         assert chosen.tolist() == torch_choice(x, temperature, noise), (vocab, temperature)
         for r in range(x.shape[0]):  # a row alone gets what it gets beside the others
-            alone, _ = kern.sampled_choice(x[r : r + 1].contiguous(), temperature, noise[r : r + 1])
+            alone, _ = kern.sampled_choice(x[r : r + 1].contiguous(), temperature, noise[r : r + 1], None)
             assert alone.tolist() == [chosen[r].item()]
 
 
@@ -129,7 +129,7 @@ def test_sampled_choice_takes_the_first_of_equal_maxima() -> None:
         noise = [torch.zeros(vocab) for _ in range(4)]
         for dtype in (torch.bfloat16, torch.float32):
             xs = x.to(dtype)
-            chosen, nan = kern.sampled_choice(xs, 1.0, noise)
+            chosen, nan = kern.sampled_choice(xs, 1.0, noise, None)
             assert not nan and chosen.tolist() == torch_choice(xs, 1.0, noise), vocab
 
 
@@ -138,34 +138,83 @@ def test_sampled_choice_reports_nan_and_checks_its_input() -> None:
     x = torch.randn(2, 40, generator=torch.Generator().manual_seed(2))
     noise = [torch.zeros(40), torch.zeros(40)]
     x[1, 38] = float("nan")  # in the scalar tail
-    assert kern.sampled_choice(x, 1.0, noise)[1] is True
-    assert kern.sampled_choice(x[:1].contiguous(), 1.0, noise[:1])[1] is False
+    assert kern.sampled_choice(x, 1.0, noise, None)[1] is True
+    assert kern.sampled_choice(x[:1].contiguous(), 1.0, noise[:1], None)[1] is False
     x[1, 38], x[1, 5] = 0.0, float("nan")  # in a whole vector
-    assert kern.sampled_choice(x, 1.0, noise)[1] is True
+    assert kern.sampled_choice(x, 1.0, noise, None)[1] is True
     with pytest.raises(RuntimeError, match="one noise row per row"):
-        kern.sampled_choice(x, 1.0, noise[:1])
+        kern.sampled_choice(x, 1.0, noise[:1], None)
     with pytest.raises(RuntimeError, match="V values"):
-        kern.sampled_choice(x, 1.0, [torch.zeros(39), torch.zeros(39)])
+        kern.sampled_choice(x, 1.0, [torch.zeros(39), torch.zeros(39)], None)
     with pytest.raises(RuntimeError, match="bfloat16 or float32"):
-        kern.sampled_choice(x.double(), 1.0, noise)
+        kern.sampled_choice(x.double(), 1.0, noise, None)
 
 
-def test_the_sampled_choice_takes_the_kernel_for_temperature_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+def torch_masked_choice(x: torch.Tensor, temperature: float, noise: list[torch.Tensor], floors: torch.Tensor) -> list[int]:
+    """The rule with a cut as PyTorch computes it: widen, divide, mask below the row's floor, add, argmax."""
+    q = x.float() / temperature
+    return (q.masked_fill(q < floors[:, None], float("-inf")) + torch.stack(noise)).argmax(dim=-1).tolist()
+
+
+@pytest.mark.parametrize("vocab", [7, 37, 49_152])
+def test_sampled_choice_skips_values_below_each_rows_floor(vocab: int) -> None:
+    # Floors at each row's k-th largest x / t (k = 1, 2, 5, ...), one at -inf (nothing masked), and rows
+    # whose kept values lie only in the scalar tail past the last whole vector or only in its first lanes.
+    kern = kernel()
+    x = rows_of_every_kind(vocab, torch.float32, seed=vocab + 3)
+    x[6, -1] = 50.0  # the only kept value of row 6: the row's last index (the tail for vocab 37)
+    x[7, 0] = 50.0  # the only kept value of row 7: index 0
+    chooser = TokenChooser(SamplingConfig(temperature=0.9, seed=2), vocab_size=vocab)
+    noise = [chooser.gumbel(p) for p in range(8)]
+    for temperature in (0.9, 0.3):
+        for k in (1, 2, min(5, vocab)):
+            for dtype in (torch.bfloat16, torch.float32):
+                xs = x.to(dtype)
+                floors = (xs.float() / temperature).topk(k, dim=-1).values[:, -1].contiguous()
+                floors[1] = float("-inf")
+                chosen, nan = kern.sampled_choice(xs, temperature, noise, floors)
+                assert not nan and chosen.tolist() == torch_masked_choice(xs, temperature, noise, floors), (k, dtype)
+    with pytest.raises(RuntimeError, match="floors must be"):
+        kern.sampled_choice(x, 1.0, noise, torch.zeros(7))
+
+
+@pytest.mark.parametrize("cfg", [
+    SamplingConfig(temperature=0.7, seed=9, top_p=0.9),
+    SamplingConfig(temperature=1.0, seed=9, top_p=0.95),
+    SamplingConfig(temperature=0.8, seed=9, top_k=40),
+    SamplingConfig(temperature=1.3, seed=9, top_k=3, top_p=0.5),
+    SamplingConfig(temperature=0.7, seed=9, top_k=50, top_p=0.9999999),  # above the row's float sum: top-k alone
+    SamplingConfig(temperature=0.7, seed=9, top_p=1e-9),  # the best token alone
+])
+def test_floors_mask_what_process_logits_masks(cfg: SamplingConfig) -> None:
+    kernel()
+    x = rows_of_every_kind(49_152, torch.bfloat16, seed=6)
+    x[6] = (torch.randn(49_152, generator=torch.Generator().manual_seed(8)) * 6).bfloat16()  # peaky, as models are
+    chooser = TokenChooser(cfg, vocab_size=49_152)
+    floors = chooser.floors(x)
+    q = x.float() / cfg.temperature
+    assert torch.equal(sampling.process_logits(x, cfg), q.masked_fill(q < floors[:, None], float("-inf")))
+
+
+def test_the_sampled_choice_takes_the_kernel_under_every_rule(monkeypatch: pytest.MonkeyPatch) -> None:
     kernel()  # loaded
     x = rows_of_every_kind(49_152, torch.bfloat16, seed=4)
     calls = []
     for cfg in (SamplingConfig(temperature=0.7, seed=9), SamplingConfig(temperature=1.0, seed=9, top_p=0.9),
-                SamplingConfig(temperature=0.8, seed=9, top_k=40)):
+                SamplingConfig(temperature=0.8, seed=9, top_k=40), SamplingConfig(temperature=0.6, seed=9, top_k=20, top_p=0.8)):
         fast = TokenChooser(cfg, vocab_size=49_152)
         slow = TokenChooser(cfg, vocab_size=49_152)
         monkeypatch.setattr(slow, "_kernel_choice", lambda *a: None)  # PyTorch's path, the reference
         real = fast._kernel_choice
         monkeypatch.setattr(fast, "_kernel_choice", lambda *a: calls.append(cfg) or real(*a))
-        positions = list(range(100, 108))
-        assert fast.choose(x, positions) == slow.choose(x, positions)
-        took = real(x, positions)
-        assert (took is not None) == (cfg.top_p == 1.0 and cfg.top_k == 0)  # top-k / top-p: PyTorch
-    assert len(calls) == 3
-    x[2, 7] = float("nan")  # a NaN: PyTorch decides (argmax picks the NaN)
-    cfg = SamplingConfig(temperature=0.7, seed=9)
-    assert TokenChooser(cfg, vocab_size=49_152).choose(x, list(range(8)))[2] == 7
+        for start in range(0, 400, 8):  # 50 positions' noise for each row
+            positions = list(range(start, start + 8))
+            assert fast.choose(x, positions) == slow.choose(x, positions), (cfg, start)
+        assert real(x, list(range(8))) is not None
+    assert len(calls) == 4 * 50
+    x[2, 7] = float("nan")  # a NaN: PyTorch decides (temperature alone: argmax picks the NaN)
+    assert TokenChooser(SamplingConfig(temperature=0.7, seed=9), vocab_size=49_152).choose(x, list(range(8)))[2] == 7
+    cfg = SamplingConfig(temperature=0.7, seed=9, top_p=0.9)  # top-p: NaN probabilities mask the whole row
+    fast, slow = TokenChooser(cfg, vocab_size=49_152), TokenChooser(cfg, vocab_size=49_152)
+    monkeypatch.setattr(slow, "_kernel_choice", lambda *a: None)
+    assert fast._kernel_choice(x, list(range(8))) is None and fast.choose(x, list(range(8))) == slow.choose(x, list(range(8)))

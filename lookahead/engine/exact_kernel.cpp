@@ -373,6 +373,7 @@ void keep_rows_(const std::vector<at::Tensor>& buffers, int64_t lo, int64_t hi, 
 std::tuple<at::Tensor, at::Tensor, bool> top_rows(const at::Tensor& x, int64_t k);
 std::tuple<at::Tensor, bool> sampled_choice(const at::Tensor& x, double temperature, const std::vector<at::Tensor>& noise,
                                             const c10::optional<at::Tensor>& floors);
+at::Tensor scaled(const at::Tensor& x, double temperature);
 // uniform_kernel.cpp, likewise
 at::Tensor mt_uniform(int64_t seed, int64_t n);
 
@@ -395,6 +396,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("variance", &variance, "bfloat16 rows' mean square as rms_norm sums it (lean_kernel.cpp)");
   m.def("top_rows", &top_rows, "each row's k largest values, descending, ties by index, and their indices (topk_kernel.cpp)");
   m.def("sampled_choice", &sampled_choice, "each row's argmax of x / temperature + noise, PyTorch's values and first maximum (topk_kernel.cpp)");
+  m.def("scaled", &scaled, "x.float() / temperature, PyTorch's values (topk_kernel.cpp)");
   m.def("mt_uniform", &mt_uniform, "torch.rand(n) from a CPU generator seeded with seed, bit for bit (uniform_kernel.cpp)");
   m.def("rms_norm", &rms_norm, "bfloat16 LlamaRMSNorm whole, its sum in PyTorch's order for `lanes` (lean_kernel.cpp)");
 }

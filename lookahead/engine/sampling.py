@@ -97,11 +97,12 @@ def process_logits(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
     return x
 
 
-# Probability floors for finding a row's top-p cut: the tokens at or above a floor are the first ones in
-# descending order, so where their mass reaches top_p the cut is among them and only they need sorting.
-# The first floor is tried for every row at once, the rest row by row (0: the whole row).
-_FLOORS = (1e-3, 1e-4, 1e-5, 0.0)
-_KERNEL_TOP_K = 64  # `nucleus_cut` takes a row's k best by `largest` up to this k (its kernel inserts each in order)
+# The tokens a row's top-p cut is looked for among: its FIRST_K best (one pass on lookahead's kernel), then
+# for the few rows whose cut lies further (flat rows), its SECOND_K best, then the tokens at or above
+# probability floors (the first ones in descending order), the floor lowered until the cut is among them
+# (0: the whole row).
+FIRST_K, SECOND_K = 16, 64
+_FLOORS = (1e-4, 1e-5, 0.0)
 
 
 def nucleus(x: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -109,42 +110,51 @@ def nucleus(x: torch.Tensor, top_p: float) -> torch.Tensor:
     while the probability mass before it is below top_p (so the first always is); a token tied with the
     last one kept is kept too, so the set is {x >= cut} whatever order a sort gives equal values.
 
-    Only the best tokens are sorted, as many as lie above a probability floor, the floor lowered until
-    the cut is among them: sorting whole rows (49,152 tokens) took 12 ms for the 8 rows of a lookahead
-    step against 2.8 ms for an autoregressive step's one (SmolLM2 logits, Zen 4, 2 threads), a quarter
-    of a lookahead step's forward pass. The cut is the same for any number of best tokens that contains it (the
-    same values in the same order, summed in that order), so a row's set does not depend on the rows
-    beside it."""
+    Only the best tokens are sorted, as few as contain the cut: sorting whole rows (49,152 tokens) took
+    12 ms for the 8 rows of a lookahead step against 2.8 ms for an autoregressive step's one (SmolLM2
+    logits, Zen 4, 2 threads), a quarter of a lookahead step's forward pass. The cut is the same for any
+    number of best tokens that contains it (the same values in the same order, summed in that order), so
+    a row's set does not depend on the rows beside it."""
     return x >= nucleus_cut(x, top_p)
 
 
 def nucleus_cut(x: torch.Tensor, top_p: float) -> torch.Tensor:
-    """[R, V] -> [R, 1]: each row's top-p cut, the value of the last token `nucleus` keeps (the rows' k
-    best by `largest`: the same values as torch.topk's, and tied values have the same probability, so the
-    sums before each rank do not depend on how ties are ordered)."""
+    """[R, V] -> [R, 1]: each row's top-p cut, the value of the last token `nucleus` keeps. The rows' best
+    come from `largest` (torch.topk's values; tied values have the same probability, so the sums before
+    each rank do not depend on how ties are ordered)."""
     probs = torch.softmax(x, dim=-1)  # [R, V]
-    vocab = x.shape[-1]
-    k = max(1, int((probs >= _FLOORS[0]).sum(dim=-1).max()))
-    top, order = largest(x, k) if k <= _KERNEL_TOP_K else torch.topk(x, k, dim=-1)  # [R, k], descending
+    cut, past = _cut_among(x, probs, min(FIRST_K, x.shape[-1]), top_p)
+    for r in past:
+        cut[r] = _cut(x[r], probs[r], top_p)
+    return cut
+
+
+def _cut_among(x: torch.Tensor, probs: torch.Tensor, k: int, top_p: float) -> tuple[torch.Tensor, list[int]]:
+    """Each row's cut among its k best ([R, 1]) and the rows whose cut lies past them."""
+    top, order = largest(x, k)  # [R, k], descending
     p = probs.gather(-1, order)
     mass = torch.cumsum(p, dim=-1)  # [R, k]: the mass up to each rank
     kept = (mass - p) < top_p  # [R, k]: mass before each rank below p (a prefix)
     kept[:, 0] = True  # the best token always: a top_p under float32's least value compares as 0 (0 < 0)
     cut = top.gather(-1, kept.sum(dim=-1, keepdim=True) - 1)  # [R, 1]: the last kept token's value
-    if k < vocab:
-        # The mass before the next rank is the k best's whole mass (the same values summed in the same
-        # order): where it is below top_p, that token is kept too and the cut lies past the k best.
-        for r in torch.nonzero(mass[:, -1] < top_p).flatten().tolist():
-            cut[r] = _cut(x[r], probs[r], top_p)
-    return cut
+    if k == x.shape[-1]:
+        return cut, []
+    # The mass before the next rank is the k best's whole mass (the same values summed in the same order):
+    # where it is below top_p, that token is kept too and the cut lies past the k best.
+    return cut, torch.nonzero(mass[:, -1] < top_p).flatten().tolist()
 
 
 def _cut(row: torch.Tensor, probs: torch.Tensor, top_p: float) -> torch.Tensor:
-    """One row's top-p cut value, sorting the tokens above the lower floors in turn."""
-    for floor in _FLOORS[1:]:
+    """One row's top-p cut value past its FIRST_K best: among its SECOND_K best, else sorting the tokens
+    above the floors in turn."""
+    if SECOND_K < row.shape[-1]:
+        cut, past = _cut_among(row[None], probs[None], SECOND_K, top_p)
+        if not past:
+            return cut[0, 0]
+    for floor in _FLOORS:
         at = torch.nonzero(probs >= floor).flatten() if floor > 0 else None  # [n] candidate tokens
-        if at is not None and not at.numel():
-            continue  # no token reaches this floor (a row flatter than 1 / floor tokens): a lower one
+        if at is not None and at.numel() <= SECOND_K:
+            continue  # no more tokens than SECOND_K reach this floor: a lower one
         top, order = torch.sort(row if at is None else row[at], descending=True)  # [n]
         p = (probs if at is None else probs[at])[order]
         mass = torch.cumsum(p, dim=0)  # [n]
@@ -270,8 +280,9 @@ class TokenChooser:
         if (kern is None or logits.dim() != 2 or logits.device.type != "cpu"
                 or logits.dtype not in (torch.bfloat16, torch.float32)):
             return None
+        logits = logits.contiguous()
         floors = self.floors(logits)
-        chosen, nan = kern.sampled_choice(logits.contiguous(), float(self.cfg.temperature),
+        chosen, nan = kern.sampled_choice(logits, float(self.cfg.temperature),
                                           [self.gumbel(p) for p in positions], floors)
         return None if nan else chosen.tolist()
 
@@ -286,7 +297,11 @@ class TokenChooser:
         top_k = 0 < cfg.top_k < logits.shape[-1]
         if not top_k and cfg.top_p >= 1.0:
             return None
-        x = logits.float() / cfg.temperature  # [R, V], as process_logits divides
+        kern = exact_kernel.loaded()
+        if kern is not None and logits.device.type == "cpu" and logits.dtype in (torch.bfloat16, torch.float32):
+            x = kern.scaled(logits.contiguous(), float(cfg.temperature))  # [R, V]: process_logits's x, one pass
+        else:
+            x = logits.float() / cfg.temperature
         floor = largest(x, cfg.top_k).values[:, -1:] if top_k else None  # [R, 1]
         if cfg.top_p < 1.0:
             cut = nucleus_cut(x if floor is None else x.masked_fill(x < floor, float("-inf")), cfg.top_p)

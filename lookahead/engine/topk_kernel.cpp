@@ -285,3 +285,20 @@ std::tuple<at::Tensor, bool> sampled_choice(const at::Tensor& x, double temperat
   for (char c : nan) any_nan = any_nan || c;
   return {out, any_nan};
 }
+
+at::Tensor scaled(const at::Tensor& x, double temperature) {
+  TORCH_CHECK(x.dim() == 2 && x.device().is_cpu() && x.is_contiguous(), "scaled: x must be a contiguous [R, V] CPU tensor");
+  TORCH_CHECK(x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat, "scaled: x must be bfloat16 or float32");
+  const float t = static_cast<float>(temperature);
+  auto out = at::empty(x.sizes(), x.options().dtype(at::kFloat));
+  float* op = out.data_ptr<float>();
+  const int64_t n = x.numel();
+  if (x.scalar_type() == at::kBFloat16) {
+    const uint16_t* in = static_cast<const uint16_t*>(x.data_ptr());
+    for (int64_t i = 0; i < n; ++i) op[i] = bf16_to_float(in[i]) / t;
+  } else {
+    const float* in = x.data_ptr<float>();
+    for (int64_t i = 0; i < n; ++i) op[i] = in[i] / t;
+  }
+  return out;
+}

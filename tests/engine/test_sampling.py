@@ -127,8 +127,8 @@ def _nucleus_by_full_sort(x: torch.Tensor, top_p: float) -> torch.Tensor:
 
 @pytest.mark.parametrize("top_p", [0.3, 0.9, 0.95, 0.999])
 def test_top_p_over_the_best_tokens_equals_the_full_sort_and_ignores_its_companions(top_p: float) -> None:
-    # Rows of every shape the fast path meets: peaked (the cut among the few tokens above the first
-    # probability floor), flat (the cut far down: the row-by-row floors, down to the whole row), rounded
+    # Rows of every shape the fast path meets: peaked (the cut among the row's first best tokens), flat
+    # (the cut far down: the row-by-row floors, down to the whole row), rounded
     # to bfloat16 (many ties), and masked by top-k (-inf). Each row's set must equal the full sort's,
     # and a row decided in a batch must get the set it gets alone.
     gen = torch.Generator().manual_seed(3)
@@ -145,10 +145,31 @@ def test_top_p_over_the_best_tokens_equals_the_full_sort_and_ignores_its_compani
     assert together.sum(dim=-1).min() >= 1  # the likeliest token always stays
 
 
+def test_top_p_cut_at_the_edges_of_the_best_tokens_searched() -> None:
+    # The cut is looked for among a row's FIRST_K (16) best, then its SECOND_K (64) best, then above the
+    # floors. A row whose mass sits on r tokens (distinct values, scattered) has its top_p = 0.999 cut at
+    # rank r: the mass before rank r is about (r - 1) / r, below 0.999; the mass before rank r + 1 is
+    # about 1. Ranks either side of 16 and 64 check that a cut exactly at the last token searched is
+    # taken there (the next token's mass before it is the whole mass searched) and one rank further is not.
+    assert (sampling.FIRST_K, sampling.SECOND_K) == (16, 64)
+    gen = torch.Generator().manual_seed(5)
+    vocab = 5000
+    rows = []
+    for r in (1, 15, 16, 17, 63, 64, 65, 200):
+        row = torch.full((vocab,), -30.0)
+        row[torch.randperm(vocab, generator=gen)[:r]] = 10.0 + 0.01 * torch.randn(r, generator=gen)
+        rows.append(row)
+    x = torch.stack(rows)  # [8, V]
+    kept = nucleus(x, 0.999)
+    assert kept.sum(dim=-1).tolist() == [1, 15, 16, 17, 63, 64, 65, 200]
+    assert torch.equal(kept, _nucleus_by_full_sort(x, 0.999))
+    assert torch.equal(kept, torch.cat([nucleus(x[i : i + 1], 0.999) for i in range(x.shape[0])]))
+
+
 @pytest.mark.parametrize("top_p", [0.5, 0.9])
 def test_top_p_on_rows_flatter_than_the_probability_floors(top_p: float) -> None:
-    # 49,152 tokens (SmolLM2's vocabulary): a constant row gives every token 2.0e-5, below the first two
-    # floors (1e-3, 1e-4), so no token reaches them and the cut must come from a lower floor (this raised
+    # 49,152 tokens (SmolLM2's vocabulary): a constant row gives every token 2.0e-5, below the first
+    # floor (1e-4), so no token reaches it and the cut must come from a lower floor (this raised
     # IndexError until 2026-12-07); a nearly flat row (max 3e-5) likewise. Gemma 3's 262,144 tokens at a
     # high temperature make such rows. Every token tied with the cut stays: a constant row keeps all.
     gen = torch.Generator().manual_seed(4)

@@ -196,6 +196,18 @@ def test_floors_mask_what_process_logits_masks(cfg: SamplingConfig) -> None:
     assert torch.equal(sampling.process_logits(x, cfg), q.masked_fill(q < floors[:, None], float("-inf")))
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_scaled_is_pytorchs_widened_division(dtype: torch.dtype) -> None:
+    kern = kernel()
+    for vocab in (1, 37, 49_152):
+        x = rows_of_every_kind(vocab, dtype, seed=vocab)
+        for temperature in (0.7, 1.0, 0.3, 1.7, 0.1234567):
+            got = kern.scaled(x, temperature)
+            assert got.dtype == torch.float32 and torch.equal(got, x.float() / temperature), (vocab, temperature)
+    with pytest.raises(RuntimeError, match="bfloat16 or float32"):
+        kern.scaled(torch.zeros(2, 3, dtype=torch.float64), 1.0)
+
+
 def test_the_sampled_choice_takes_the_kernel_under_every_rule(monkeypatch: pytest.MonkeyPatch) -> None:
     kernel()  # loaded
     x = rows_of_every_kind(49_152, torch.bfloat16, seed=4)

@@ -376,6 +376,10 @@ std::tuple<at::Tensor, bool> sampled_choice(const at::Tensor& x, double temperat
 at::Tensor scaled(const at::Tensor& x, double temperature);
 // uniform_kernel.cpp, likewise
 at::Tensor mt_uniform(int64_t seed, int64_t n);
+// gumbel_kernel.cpp, likewise
+std::tuple<at::Tensor, at::Tensor> gumbel_choice(const at::Tensor& x, double temperature,
+                                                 const std::vector<at::Tensor>& uniforms,
+                                                 const c10::optional<at::Tensor>& floors);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("scores", &scores, "scaled, masked q.k for every row and key (see the file's header)");
@@ -397,6 +401,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("top_rows", &top_rows, "each row's k largest values, descending, ties by index, and their indices (topk_kernel.cpp)");
   m.def("sampled_choice", &sampled_choice, "each row's argmax of x / temperature + noise, PyTorch's values and first maximum (topk_kernel.cpp)");
   m.def("scaled", &scaled, "x.float() / temperature, PyTorch's values (topk_kernel.cpp)");
+  m.def("gumbel_choice", &gumbel_choice, "the sampled choice from the rule's uniform draws where bounds decide it (gumbel_kernel.cpp)");
   m.def("mt_uniform", &mt_uniform, "torch.rand(n) from a CPU generator seeded with seed, bit for bit (uniform_kernel.cpp)");
   m.def("rms_norm", &rms_norm, "bfloat16 LlamaRMSNorm whole, its sum in PyTorch's order for `lanes` (lean_kernel.cpp)");
 }

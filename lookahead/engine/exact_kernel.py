@@ -29,7 +29,8 @@ And each row's k largest logits in one pass (engine/topk_kernel.cpp, plain C++ w
 compiler targets it), for the step's recycled successors and greedy choice (engine/sampling.py).
 
 And PyTorch's CPU uniform draws without its per-value generator calls (engine/uniform_kernel.cpp), for
-the seeded sampling rule's noise (engine/sampling.py).
+the seeded sampling rule's noise (engine/sampling.py), and that rule's choice decided from those draws
+without the noise row where bounds on it settle the choice (engine/gumbel_kernel.cpp).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ SCORES_SOURCE = Path(__file__).with_name("scores_kernel.cpp")
 LEAN_SOURCE = Path(__file__).with_name("lean_kernel.cpp")
 TOPK_SOURCE = Path(__file__).with_name("topk_kernel.cpp")
 UNIFORM_SOURCE = Path(__file__).with_name("uniform_kernel.cpp")
+GUMBEL_SOURCE = Path(__file__).with_name("gumbel_kernel.cpp")
 # -march=native: the build is for this machine's vector width (the cache key includes its CPU);
 # no -ffast-math: sums must run in source order.
 FLAGS = ("-O3", "-march=native", "-fopenmp")
@@ -134,7 +136,8 @@ def _build() -> tuple[Any | None, str]:
         from torch.utils import cpp_extension
     except ImportError as err:
         return None, f"missing {err.name}"
-    sources = [SOURCE, PREFILL_SOURCE, LINEAR_SOURCE, SCORES_SOURCE, LEAN_SOURCE, TOPK_SOURCE, UNIFORM_SOURCE]
+    sources = [SOURCE, PREFILL_SOURCE, LINEAR_SOURCE, SCORES_SOURCE, LEAN_SOURCE, TOPK_SOURCE, UNIFORM_SOURCE,
+               GUMBEL_SOURCE]
     tag = hashlib.sha256(b"\0".join([*(s.read_bytes() for s in sources), " ".join(FLAGS).encode(), _cpu().encode(),
                                      torch.__version__.encode()])).hexdigest()[:16]
     folder = cache_root() / "kernels" / f"exact-{tag}"

@@ -11,6 +11,7 @@ Lossless speculation needs one rule that maps (distribution at position t, seed,
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -182,6 +183,9 @@ def first_maximum(logits: torch.Tensor, values: Sequence[Sequence[float]], indic
 
 
 _uniform_checked: dict[str, bool] = {}  # "agrees": lookahead's kernel gave torch.rand's values here
+_U_MIN, _U_MAX = 1e-20, 1.0 - 1e-7  # the rule's clamp of its uniform draws before the logarithms
+_U_MIN_F, _U_MAX_F = float(torch.tensor(_U_MIN)), float(torch.tensor(_U_MAX))  # the same, rounded to float32
+NOISE_TOLERANCE = 1e-5  # gumbel_choice's bounds assume PyTorch's noise within 1e-3 of the double one; checked to this
 
 
 def uniform(seed: int, n: int) -> torch.Tensor:
@@ -210,6 +214,34 @@ def _kernel_uniform_agrees(kern: Any) -> bool:
     return agrees
 
 
+def gumbel_noise(u: torch.Tensor) -> torch.Tensor:
+    """The rule's noise from its uniform draws: -log(-log(u)), u clamped to [1e-20, 1 - 1e-7], as float32
+    PyTorch computes it (a new tensor; u is left as it is)."""
+    return u.clamp(min=_U_MIN, max=_U_MAX).log_().neg_().log_().neg_()
+
+
+_noise_checked: dict[str, bool] = {}  # "close": PyTorch's float32 noise matched the double one here
+
+
+def _noise_bounds_hold() -> bool:
+    """Does PyTorch's float32 noise lie within NOISE_TOLERANCE of the same formula in double here? The
+    kernel's choice from the draws (engine/gumbel_kernel.cpp) allows 1e-3; measured 5.4e-7 on this
+    machine's PyTorch (MKL's logarithm). Checked once per process on 3 x 49,152 draws; where it fails, a
+    warning, and every sampled choice computes the noise row."""
+    close = _noise_checked.get("close")
+    if close is None:
+        u = torch.cat([uniform(s, 49_152) for s in (1, 2**40 + 3, 977)])
+        u = torch.cat([u, torch.tensor([0.0, 0.5, 1.0 - 2.0**-24, 2.0**-24])])  # both clamps and their neighbours
+        exact = -torch.log(-torch.log(u.double().clamp(min=_U_MIN_F, max=_U_MAX_F)))
+        close = bool(((gumbel_noise(u).double() - exact).abs().max() <= NOISE_TOLERANCE))
+        if not close:
+            logging.getLogger(__name__).warning(
+                "lookahead: this PyTorch's logarithm strays from the double one by more than %g; seeded sampling "
+                "computes every position's noise row (the same tokens, ~0.06 ms more per position)", NOISE_TOLERANCE)
+        _noise_checked["close"] = close
+    return close
+
+
 class TokenChooser:
     """Applies the rule to rows of logits whose absolute positions are known.
 
@@ -219,34 +251,41 @@ class TokenChooser:
     def __init__(self, cfg: SamplingConfig, vocab_size: int) -> None:
         self.cfg = cfg
         self.vocab_size = vocab_size
-        self._noise: dict[int, torch.Tensor] = {}
-        self._views: dict[int, Any] = {}  # position -> a NumPy view of its noise (`noise_at`)
+        self._draws: dict[int, torch.Tensor] = {}  # position -> its uniform draws [V]
+        self._noise: dict[int, torch.Tensor] = {}  # position -> its noise row [V], where one was needed
+        self._views: dict[int, Any] = {}  # position -> a NumPy view of its draws (`noise_at`)
+
+    def draws(self, position: int) -> torch.Tensor:
+        """The uniform draws behind one absolute position's noise: [V] float32, a pure function of (seed,
+        position); cached (a position is verified in several steps)."""
+        u = self._draws.get(position)
+        if u is None:
+            u = self._draws[position] = uniform(((self.cfg.seed * _MIX) ^ (position * 0x2545F4914F6CDD1D)) % (2**63),
+                                                self.vocab_size)
+        return u
 
     def gumbel(self, position: int) -> torch.Tensor:
         """Gumbel(0,1) noise for one absolute position: [V], a pure function of (seed, position)."""
         g = self._noise.get(position)
         if g is None:
-            u = uniform(((self.cfg.seed * _MIX) ^ (position * 0x2545F4914F6CDD1D)) % (2**63), self.vocab_size)
-            g = u.clamp_(min=1e-20, max=1.0 - 1e-7).log_().neg_().log_().neg_()  # -log(-log(u)), in place
-            self._noise[position] = g
+            g = self._noise[position] = gumbel_noise(self.draws(position))
         return g
 
     def noise_at(self, position: int, tokens: Sequence[int]) -> list[float]:
-        """gumbel(position) at `tokens`, as Python floats (the same values as indexing the tensor). Read
-        through a NumPy view of the cached noise: a recycled row's 8 tokens ~1 us alone (~3 us inside a
-        step), against ~12 us alone for indexing the tensor with a tensor of them; a sampled lookahead
-        step reads a few such rows (2.4 on average over four high-entropy requests)."""
+        """The noise of `position` at `tokens`, as Python floats, computed in double from the draws: within
+        ~5e-7 of gumbel(position)'s float32 values (this orders a recycled row's candidates; the choice
+        itself never reads it). Read through a NumPy view of the draws: a recycled row's 8 tokens cost a
+        few us, where the noise row would cost ~0.1 ms; a sampled lookahead step reads a few such rows."""
         view = self._views.get(position)
         if view is None:
-            view = self._views[position] = self.gumbel(position).numpy()
-        return [float(view[t]) for t in tokens]
+            view = self._views[position] = self.draws(position).numpy()
+        return [-math.log(-math.log(min(max(float(view[t]), _U_MIN_F), _U_MAX_F))) for t in tokens]
 
     def forget_before(self, position: int) -> None:
-        """Drop cached noise for positions already decided (bounded memory)."""
-        for p in [p for p in self._noise if p < position]:
-            del self._noise[p]
-        for p in [p for p in self._views if p < position]:
-            del self._views[p]
+        """Drop cached draws and noise for positions already decided (bounded memory)."""
+        for cache in (self._draws, self._noise, self._views):
+            for p in [p for p in cache if p < position]:
+                del cache[p]
 
     def choose(self, logits: torch.Tensor, positions: list[int],
                top: tuple[Sequence[Sequence[float]], Sequence[Sequence[int]]] | None = None) -> list[int]:
@@ -271,20 +310,41 @@ class TokenChooser:
         return (x + noise).argmax(dim=-1).tolist()
 
     def _kernel_choice(self, logits: torch.Tensor, positions: list[int]) -> list[int] | None:
-        """The sampled choice in one pass over each row on lookahead's kernel (engine/topk_kernel.cpp
-        `sampled_choice`: PyTorch's values for logits.float() / temperature + noise and argmax's first
-        maximum), where the extension is loaded. A top-k or top-p rule masks each row below its `floors`
-        (the kernel skips what process_logits would set to -inf). None where the extension is not loaded,
-        or where a value is NaN (the caller's PyTorch path decides then)."""
+        """The sampled choice on lookahead's kernel, where the extension is loaded: first from each row's
+        uniform draws alone (engine/gumbel_kernel.cpp `gumbel_choice`: the noise computed in double only for
+        the few tokens whose bound could win, the choice taken where bounds on PyTorch's float32 noise leave
+        one token; ~0.03 against ~0.1 ms a row), then for rows left undecided (near ties, NaN) from their
+        noise rows (engine/topk_kernel.cpp `sampled_choice`: PyTorch's values for logits.float() /
+        temperature + noise and argmax's first maximum, one pass). A top-k or top-p rule masks each row
+        below its `floors` (the kernels skip what process_logits would set to -inf). None where the
+        extension is not loaded, or where a value is NaN (the caller's PyTorch path decides then)."""
         kern = exact_kernel.loaded()
         if (kern is None or logits.dim() != 2 or logits.device.type != "cpu"
                 or logits.dtype not in (torch.bfloat16, torch.float32)):
             return None
         logits = logits.contiguous()
         floors = self.floors(logits)
-        chosen, nan = kern.sampled_choice(logits, float(self.cfg.temperature),
-                                          [self.gumbel(p) for p in positions], floors)
-        return None if nan else chosen.tolist()
+        temperature = float(self.cfg.temperature)
+        rows = list(range(len(positions)))  # the rows the noise rows must decide
+        out = [0] * len(positions)
+        if _noise_bounds_hold():  # 1. from the draws alone where bounds on the noise settle it (most rows)
+            chosen, decided = kern.gumbel_choice(logits, temperature, [self.draws(p) for p in positions], floors)
+            rows = []
+            for r, (c, d) in enumerate(zip(chosen.tolist(), decided.tolist())):
+                if d:
+                    out[r] = c
+                else:
+                    rows.append(r)
+        if rows:  # 2. the rest on the noise rows
+            some = len(rows) < len(positions)
+            chosen, nan = kern.sampled_choice(logits[rows].contiguous() if some else logits, temperature,
+                                              [self.gumbel(positions[r]) for r in rows],
+                                              floors[rows].contiguous() if some and floors is not None else floors)
+            if nan:
+                return None
+            for r, c in zip(rows, chosen.tolist()):
+                out[r] = c
+        return out
 
     def floors(self, logits: torch.Tensor) -> torch.Tensor | None:
         """[R, V] -> [R] float32: the least value of logits.float() / temperature that process_logits

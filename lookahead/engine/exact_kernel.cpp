@@ -374,6 +374,7 @@ std::tuple<at::Tensor, at::Tensor, bool> top_rows(const at::Tensor& x, int64_t k
 std::tuple<at::Tensor, bool> sampled_choice(const at::Tensor& x, double temperature, const std::vector<at::Tensor>& noise,
                                             const c10::optional<at::Tensor>& floors);
 at::Tensor scaled(const at::Tensor& x, double temperature);
+std::tuple<at::Tensor, at::Tensor> top_p_cuts(const at::Tensor& x, const at::Tensor& probs, double top_p, int64_t k);
 // uniform_kernel.cpp, likewise
 at::Tensor mt_uniform(int64_t seed, int64_t n);
 // gumbel_kernel.cpp, likewise
@@ -400,6 +401,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("variance", &variance, "bfloat16 rows' mean square as rms_norm sums it (lean_kernel.cpp)");
   m.def("top_rows", &top_rows, "each row's k largest values, descending, ties by index, and their indices (topk_kernel.cpp)");
   m.def("sampled_choice", &sampled_choice, "each row's argmax of x / temperature + noise, PyTorch's values and first maximum (topk_kernel.cpp)");
+  m.def("top_p_cuts", &top_p_cuts, "each row's top-p cut among its k best where float32 sums cannot move it (topk_kernel.cpp)");
   m.def("scaled", &scaled, "x.float() / temperature, PyTorch's values (topk_kernel.cpp)");
   m.def("gumbel_choice", &gumbel_choice, "the sampled choice from the rule's uniform draws where bounds decide it (gumbel_kernel.cpp)");
   m.def("mt_uniform", &mt_uniform, "torch.rand(n) from a CPU generator seeded with seed, bit for bit (uniform_kernel.cpp)");

@@ -122,8 +122,19 @@ def nucleus(x: torch.Tensor, top_p: float) -> torch.Tensor:
 def nucleus_cut(x: torch.Tensor, top_p: float) -> torch.Tensor:
     """[R, V] -> [R, 1]: each row's top-p cut, the value of the last token `nucleus` keeps. The rows' best
     come from `largest` (torch.topk's values; tied values have the same probability, so the sums before
-    each rank do not depend on how ties are ordered)."""
+    each rank do not depend on how ties are ordered). On lookahead's extension, first its `top_p_cuts`
+    (engine/topk_kernel.cpp): each row's SECOND_K best walked once and summed in double, kept where no
+    rank's mass lies within 1e-5 of top_p (float32 sums of up to 128 values move by less); the rest here."""
     probs = torch.softmax(x, dim=-1)  # [R, V]
+    kern = exact_kernel.loaded()
+    if kern is not None and x.dim() == 2 and x.device.type == "cpu" and x.dtype == torch.float32:
+        # Among each row's SECOND_K best in one walk, where float32 sums cannot move the cut (most rows).
+        x = x.contiguous()
+        cuts, found = kern.top_p_cuts(x, probs, top_p, min(SECOND_K, x.shape[-1]))
+        cut, past = cuts[:, None], torch.nonzero(~found).flatten().tolist()
+        for r in past:  # near the line, past the SECOND_K best, or NaN: the sums as PyTorch does them
+            cut[r] = _cut(x[r], probs[r], top_p, first=True)
+        return cut
     cut, past = _cut_among(x, probs, min(FIRST_K, x.shape[-1]), top_p)
     for r in past:
         cut[r] = _cut(x[r], probs[r], top_p)
@@ -145,11 +156,11 @@ def _cut_among(x: torch.Tensor, probs: torch.Tensor, k: int, top_p: float) -> tu
     return cut, torch.nonzero(mass[:, -1] < top_p).flatten().tolist()
 
 
-def _cut(row: torch.Tensor, probs: torch.Tensor, top_p: float) -> torch.Tensor:
-    """One row's top-p cut value past its FIRST_K best: among its SECOND_K best, else sorting the tokens
-    above the floors in turn."""
-    if SECOND_K < row.shape[-1]:
-        cut, past = _cut_among(row[None], probs[None], SECOND_K, top_p)
+def _cut(row: torch.Tensor, probs: torch.Tensor, top_p: float, first: bool = False) -> torch.Tensor:
+    """One row's top-p cut value past its FIRST_K best (anywhere where `first`): among its SECOND_K best,
+    else sorting the tokens above the floors in turn."""
+    if SECOND_K < row.shape[-1] or first:
+        cut, past = _cut_among(row[None], probs[None], min(SECOND_K, row.shape[-1]), top_p)
         if not past:
             return cut[0, 0]
     for floor in _FLOORS:
@@ -260,8 +271,8 @@ class TokenChooser:
         position); cached (a position is verified in several steps)."""
         u = self._draws.get(position)
         if u is None:
-            u = self._draws[position] = uniform(((self.cfg.seed * _MIX) ^ (position * 0x2545F4914F6CDD1D)) % (2**63),
-                                                self.vocab_size)
+            seed = ((self.cfg.seed * _MIX) ^ (position * 0x2545F4914F6CDD1D)) % (2**63)
+            u = self._draws[position] = uniform(seed, self.vocab_size)
         return u
 
     def gumbel(self, position: int) -> torch.Tensor:

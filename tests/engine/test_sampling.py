@@ -11,7 +11,7 @@ from scipy import stats
 
 import lookahead
 from lookahead import LookaheadConfig, SamplingConfig
-from lookahead.engine import sampling
+from lookahead.engine import exact_kernel, sampling
 from lookahead.engine.sampling import BLOCK, TokenChooser, largest, nucleus, process_logits
 
 from .helpers import model64
@@ -87,7 +87,7 @@ def test_chooser_draws_from_processed_softmax(cfg: SamplingConfig) -> None:
     assert p_value > 1e-3, (counts, expected * n)
 
 
-def test_top_p_keeps_the_smallest_set_reaching_p() -> None:
+def test_top_p_keeps_the_smallest_set_reaching_p(cut_path: str) -> None:
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
     kept = torch.isfinite(process_logits(logits, SamplingConfig(temperature=1.0, top_p=0.8)))[0].tolist()
     assert kept == [True, True, False, False]  # 0.5 < 0.8, 0.5 + 0.3 reaches 0.8: stop there
@@ -96,7 +96,7 @@ def test_top_p_keeps_the_smallest_set_reaching_p() -> None:
 
 
 @pytest.mark.parametrize("top_p", [5e-324, 1e-30, 1e-7])
-def test_top_p_below_float32_resolution_keeps_the_best_token(top_p: float) -> None:
+def test_top_p_below_float32_resolution_keeps_the_best_token(top_p: float, cut_path: str) -> None:
     # 5e-324 (the server's fuzzer sent it) becomes 0 in a float32 comparison: the mass before the best
     # token (0) is then not below it, yet the best token must stay (a sample always has a token)
     logits = torch.log(torch.tensor([[0.2, 0.5, 0.3], [0.6, 0.1, 0.3]]))
@@ -104,7 +104,7 @@ def test_top_p_below_float32_resolution_keeps_the_best_token(top_p: float) -> No
     assert kept == [[False, True, False], [True, False, False]]
 
 
-def test_top_p_keeps_every_token_tied_with_the_last_one_kept() -> None:
+def test_top_p_keeps_every_token_tied_with_the_last_one_kept(cut_path: str) -> None:
     # Probabilities 0.4, 0.2, 0.2, 0.2 and top_p 0.5: 0.4 (mass before 0) and one 0.2 (mass before 0.4)
     # are kept, and the next 0.2 (mass before 0.6) would not be; but the three 0.2s are the same value,
     # and which of them a sort puts first is arbitrary, so all three stay: the set is {x >= cut}.
@@ -114,6 +114,18 @@ def test_top_p_keeps_every_token_tied_with_the_last_one_kept() -> None:
     # top_p 0.4: only the 0.4 (the 0.2s' mass before is 0.4, not below 0.4)
     kept = torch.isfinite(process_logits(logits, SamplingConfig(temperature=1.0, top_p=0.4)))[0].tolist()
     assert kept == [False, True, False, False]
+
+
+@pytest.fixture(params=["pytorch", "kernel"])
+def cut_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The top-p cut found by PyTorch calls alone, or first by lookahead's kernel (`top_p_cuts`)."""
+    if request.param == "kernel":
+        kern = exact_kernel.kernel()
+        assert kern is not None, exact_kernel.status()
+        monkeypatch.setattr(exact_kernel, "loaded", lambda: kern)
+    else:
+        monkeypatch.setattr(exact_kernel, "loaded", lambda: None)
+    return str(request.param)
 
 
 def _nucleus_by_full_sort(x: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -129,7 +141,7 @@ def _nucleus_by_full_sort(x: torch.Tensor, top_p: float) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("top_p", [0.3, 0.9, 0.95, 0.999])
-def test_top_p_over_the_best_tokens_equals_the_full_sort_and_ignores_its_companions(top_p: float) -> None:
+def test_top_p_over_the_best_tokens_equals_the_full_sort_and_ignores_its_companions(top_p: float, cut_path: str) -> None:
     # Rows of every shape the fast path meets: peaked (the cut among the row's first best tokens), flat
     # (the cut far down: the row-by-row floors, down to the whole row), rounded
     # to bfloat16 (many ties), and masked by top-k (-inf). Each row's set must equal the full sort's,
@@ -148,7 +160,7 @@ def test_top_p_over_the_best_tokens_equals_the_full_sort_and_ignores_its_compani
     assert together.sum(dim=-1).min() >= 1  # the likeliest token always stays
 
 
-def test_top_p_cut_at_the_edges_of_the_best_tokens_searched() -> None:
+def test_top_p_cut_at_the_edges_of_the_best_tokens_searched(cut_path: str) -> None:
     # The cut is looked for among a row's FIRST_K (16) best, then its SECOND_K (64) best, then above the
     # floors. A row whose mass sits on r tokens (distinct values, scattered) has its top_p = 0.999 cut at
     # rank r: the mass before rank r is about (r - 1) / r, below 0.999; the mass before rank r + 1 is
@@ -170,7 +182,7 @@ def test_top_p_cut_at_the_edges_of_the_best_tokens_searched() -> None:
 
 
 @pytest.mark.parametrize("top_p", [0.5, 0.9])
-def test_top_p_on_rows_flatter_than_the_probability_floors(top_p: float) -> None:
+def test_top_p_on_rows_flatter_than_the_probability_floors(top_p: float, cut_path: str) -> None:
     # 49,152 tokens (SmolLM2's vocabulary): a constant row gives every token 2.0e-5, below the first
     # floor (1e-4), so no token reaches it and the cut must come from a lower floor (this raised
     # IndexError until 2026-12-07); a nearly flat row (max 3e-5) likewise. Gemma 3's 262,144 tokens at a

@@ -230,3 +230,63 @@ def test_the_sampled_choice_takes_the_kernel_under_every_rule(monkeypatch: pytes
     fast, slow = TokenChooser(cfg, vocab_size=49_152), TokenChooser(cfg, vocab_size=49_152)
     monkeypatch.setattr(slow, "_kernel_choice", lambda *a: None)
     assert fast._kernel_choice(x, list(range(8))) is None and fast.choose(x, list(range(8))) == slow.choose(x, list(range(8)))
+
+
+def full_sort_cut(x: torch.Tensor, probs: torch.Tensor, top_p: float) -> list[float]:
+    """The top-p cut by the slow rule: the whole row sorted, its probabilities summed in that order."""
+    out = []
+    for row, p in zip(x, probs):
+        order = torch.argsort(row, descending=True, stable=True)
+        kept = (torch.cumsum(p[order], dim=0) - p[order]) < top_p
+        kept[0] = True
+        out.append(float(row[order][int(kept.sum()) - 1]))
+    return out
+
+
+@pytest.mark.parametrize("vocab", [3, 64, 5000, 49_152])
+def test_top_p_cuts_where_found_are_the_full_sorts(vocab: int) -> None:
+    # Rows of every kind at temperatures that make them peaked or flat, several top_p: a found cut is the
+    # full sort's; rows whose cut lies past the k best are not found; peaked rows are mostly found.
+    kern = kernel()
+    found_any = 0
+    for temperature in (0.3, 1.0, 3.0):
+        x = (rows_of_every_kind(vocab, torch.float32, seed=vocab) / temperature).contiguous()
+        probs = torch.softmax(x, dim=-1)
+        for top_p in (1e-30, 0.3, 0.9, 0.95, 0.999):
+            for k in {1, min(16, vocab), min(64, vocab)}:
+                cuts, found = kern.top_p_cuts(x, probs, top_p, k)
+                expected = full_sort_cut(x, probs, top_p)
+                for r in range(x.shape[0]):
+                    if found[r]:
+                        assert float(cuts[r]) == expected[r], (temperature, top_p, k, r)
+                found_any += int(found.sum())
+    assert found_any > 0
+
+
+def test_top_p_cuts_leave_rows_near_the_line_past_k_or_nan() -> None:
+    kern = kernel()
+    x = torch.log(torch.tensor([[0.5, 0.25, 0.125, 0.125], [0.4, 0.3, 0.2, 0.1], [0.4, 0.3, 0.2, 0.1]]))
+    x[2, 1] = float("nan")
+    probs = torch.softmax(x, dim=-1)
+    # top_p 0.75: row 0's mass before rank 2 is 0.75 itself (float32 sums could put it either side); row
+    # 1's is 0.7 (kept) and 0.9 before rank 3 (not): the cut is 0.2's value, clear of the line; NaN: left.
+    cuts, found = kern.top_p_cuts(x.contiguous(), probs, 0.75, 4)
+    assert found.tolist() == [False, True, False]
+    assert float(cuts[1]) == float(x[1, 2])
+    cuts, found = kern.top_p_cuts(x.contiguous(), probs, 0.95, 2)  # row 1's cut is at rank 3: past k = 2
+    assert found.tolist()[1] is False
+    cuts, found = kern.top_p_cuts(x.contiguous(), probs, 0.95, 4)  # all four walked: rank 3 kept, settled
+    assert found.tolist()[1] is True and float(cuts[1]) == float(x[1, 3])
+
+
+def test_top_p_cuts_checks_its_input() -> None:
+    kern = kernel()
+    x = torch.zeros(2, 8)
+    with pytest.raises(RuntimeError, match="float32"):
+        kern.top_p_cuts(x.bfloat16(), x, 0.9, 4)
+    with pytest.raises(RuntimeError, match="shaped as x"):
+        kern.top_p_cuts(x, torch.zeros(2, 7), 0.9, 4)
+    with pytest.raises(RuntimeError, match="k must be"):
+        kern.top_p_cuts(x, x, 0.9, 9)
+    with pytest.raises(RuntimeError, match="k must be"):
+        kern.top_p_cuts(torch.zeros(1, 200), torch.zeros(1, 200), 0.9, 129)

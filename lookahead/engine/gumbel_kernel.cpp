@@ -7,8 +7,9 @@
 //       picks: the first index of the largest x.float() / temperature + g over the row (values whose
 //       x / temperature is below the row's floor count as -inf), g being the rule's noise
 //       -log(-log(clamp(u, 1e-20, 1 - 1e-7))) as PyTorch computes it in float32 from the row's uniforms
-//       u (sampled_choice in topk_kernel.cpp takes that noise row). Where not decided, the row was too
-//       close to call or held a NaN or +inf; the caller computes the noise row and asks sampled_choice.
+//       u (sampled_choice in topk_kernel.cpp takes that noise row). Where not decided (too close to call;
+//       a NaN logit or draw; x / t overflowing; nothing kept), the caller computes the noise row and asks
+//       sampled_choice.
 //
 // How it decides without PyTorch's logarithms. Each token's noise is computed here in double, gd = -log(-log(uc))
 // of the same clamped uc, which is within kSlack (1e-3) of PyTorch's float32 g: two float32 logarithms a few
@@ -24,8 +25,8 @@
 // a table of 25 values. A token goes on to its logarithms only if q + bound[-e] reaches L (less a margin
 // for the float32 arithmetic of that test); L starts at the best q's lower end and rises with every token
 // computed. The expected number computed is small whatever the row: about 2 Z e^-L with Z = sum of e^q,
-// and L is near log Z plus a Gumbel draw (505 recorded SmolLM2 chat rows at temperatures 0.7 and 1.0:
-// a median of 1 token, 6 at the 90th percentile, 40 at most).
+// and L is near log Z plus a Gumbel draw (505 recorded SmolLM2 chat rows at temperatures 0.7 and 1.0, L
+// held at its start: a median of 1 token, 6 at the 90th percentile, 40 at most; docs/results/sampled-draws).
 //
 // Why: the noise row is two float32 logarithms over the vocabulary (~80 of the ~104 us a position took
 // for SmolLM2's 49,152 tokens on 2 Zen 4 cores), and a sampled lookahead step verifies 2-4 positions.

@@ -273,6 +273,9 @@ def test_top_p_cuts_leave_rows_near_the_line_past_k_or_nan() -> None:
     cuts, found = kern.top_p_cuts(x.contiguous(), probs, 0.75, 4)
     assert found.tolist() == [False, True, False]
     assert float(cuts[1]) == float(x[1, 2])
+    # Within 1e-5 of the line, not on it: still left (float32 sums of the same values could fall either side).
+    assert kern.top_p_cuts(x.contiguous(), probs, 0.75 + 5e-6, 4)[1].tolist()[0] is False
+    assert kern.top_p_cuts(x.contiguous(), probs, 0.75 + 5e-5, 4)[1].tolist()[0] is True
     cuts, found = kern.top_p_cuts(x.contiguous(), probs, 0.95, 2)  # row 1's cut is at rank 3: past k = 2
     assert found.tolist()[1] is False
     cuts, found = kern.top_p_cuts(x.contiguous(), probs, 0.95, 4)  # all four walked: rank 3 kept, settled

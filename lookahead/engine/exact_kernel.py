@@ -58,6 +58,7 @@ LEAN_SOURCE = Path(__file__).with_name("lean_kernel.cpp")
 TOPK_SOURCE = Path(__file__).with_name("topk_kernel.cpp")
 UNIFORM_SOURCE = Path(__file__).with_name("uniform_kernel.cpp")
 GUMBEL_SOURCE = Path(__file__).with_name("gumbel_kernel.cpp")
+HEADERS = [Path(__file__).with_name("rows.h")]  # included by the sources above: part of the build's tag
 # -march=native: the build is for this machine's vector width (the cache key includes its CPU);
 # no -ffast-math: sums must run in source order.
 FLAGS = ("-O3", "-march=native", "-fopenmp")
@@ -138,7 +139,7 @@ def _build() -> tuple[Any | None, str]:
         return None, f"missing {err.name}"
     sources = [SOURCE, PREFILL_SOURCE, LINEAR_SOURCE, SCORES_SOURCE, LEAN_SOURCE, TOPK_SOURCE, UNIFORM_SOURCE,
                GUMBEL_SOURCE]
-    tag = hashlib.sha256(b"\0".join([*(s.read_bytes() for s in sources), " ".join(FLAGS).encode(), _cpu().encode(),
+    tag = hashlib.sha256(b"\0".join([*(s.read_bytes() for s in [*sources, *HEADERS]), " ".join(FLAGS).encode(), _cpu().encode(),
                                      torch.__version__.encode()])).hexdigest()[:16]
     folder = cache_root() / "kernels" / f"exact-{tag}"
     path = os.environ.get("PATH", "")

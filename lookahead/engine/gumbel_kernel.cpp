@@ -34,6 +34,8 @@
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
+#include "rows.h"
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -51,13 +53,6 @@ constexpr double kSlack = 1e-3;  // |PyTorch's float32 noise - gd| is assumed be
 constexpr float kUMin = static_cast<float>(1e-20);  // the rule's clamp, as PyTorch rounds its bounds
 constexpr float kUMax = static_cast<float>(1.0 - 1e-7);
 constexpr float kInf = std::numeric_limits<float>::infinity();
-
-inline float bf16_bits_to_float(uint16_t bits) {
-  const uint32_t u = static_cast<uint32_t>(bits) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
 
 inline double noise_of(float u) {  // gd: the rule's noise for one uniform value, in double
   const float uc = u < kUMin ? kUMin : (u > kUMax ? kUMax : u);
@@ -167,27 +162,13 @@ template <typename Load16, typename Load>
 std::pair<int64_t, bool> decide_row16(int64_t V, float t, float floor, const float* u, const Bounds& bounds,
                                       Load16 load16, Load load) {
   // 1. The largest x: each lane's first largest, then the lanes' (lowest index on equal values), then the tail.
-  __m512 best = _mm512_set1_ps(-kInf);
-  __m512i at = _mm512_set1_epi32(-1), idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  const __m512i step = _mm512_set1_epi32(16);
   __mmask16 nan = 0;
   int64_t i = 0;
-  for (; i + 16 <= V; i += 16, idx = _mm512_add_epi32(idx, step)) {
-    const __m512 x = load16(i);
+  auto [top, first] = lookahead_rows::first_max16(V, [&](int64_t b) {
+    const __m512 x = load16(b);
     nan |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-    const __mmask16 up = _mm512_cmp_ps_mask(x, best, _CMP_GT_OQ);
-    best = _mm512_mask_mov_ps(best, up, x);
-    at = _mm512_mask_mov_epi32(at, up, idx);
-  }
-  alignas(64) float bv[16];
-  alignas(64) int32_t bi[16];
-  _mm512_store_ps(bv, best);
-  _mm512_store_si512(reinterpret_cast<__m512i*>(bi), at);
-  float top = -kInf;
-  int64_t first = -1;
-  for (int j = 0; j < 16; ++j) {
-    if (bi[j] >= 0 && (first < 0 || bv[j] > top || (bv[j] == top && bi[j] < first))) { top = bv[j]; first = bi[j]; }
-  }
+    return x;
+  }, &i);
   const int64_t body = i;
   bool tail_nan = false;
   for (; i < V; ++i) {
@@ -244,50 +225,24 @@ std::tuple<at::Tensor, at::Tensor> gumbel_choice(const at::Tensor& x, double tem
     TORCH_CHECK(u.scalar_type() == at::kFloat && u.is_contiguous() && u.device().is_cpu() && u.numel() == V,
                 "gumbel_choice: each uniform row must be a contiguous float32 CPU tensor of V values");
   }
-  const float* fp = nullptr;
-  if (floors.has_value() && floors->defined()) {
-    TORCH_CHECK(floors->scalar_type() == at::kFloat && floors->is_contiguous() && floors->device().is_cpu() &&
-                floors->numel() == R, "gumbel_choice: floors must be a contiguous float32 CPU tensor of R values");
-    fp = floors->data_ptr<float>();
-  }
+  const float* fp = lookahead_rows::floors_of(floors, R, "gumbel_choice");
   static const Bounds bounds;
   const float t = static_cast<float>(temperature);
   auto out = at::empty({R}, x.options().dtype(at::kLong));
   auto decided = at::empty({R}, x.options().dtype(at::kBool));
   int64_t* op = out.data_ptr<int64_t>();
   bool* dp = decided.data_ptr<bool>();
-  const bool bf16 = x.scalar_type() == at::kBFloat16;
-  const void* base = x.data_ptr();
-  at::parallel_for(0, R, 1, [&](int64_t lo, int64_t hi) {
-    for (int64_t r = lo; r < hi; ++r) {
-      const float* u = uniforms[r].data_ptr<float>();
-      const float floor = fp != nullptr ? fp[r] : -kInf;
-      std::pair<int64_t, bool> got;
-      if (bf16) {
-        const uint16_t* row = static_cast<const uint16_t*>(base) + r * V;
-        auto load = [row](int64_t i) { return bf16_bits_to_float(row[i]); };
+  lookahead_rows::for_each_row(x, [&](int64_t r, auto load16, auto load) {
+    const float* u = uniforms[r].data_ptr<float>();
+    const float floor = fp != nullptr ? fp[r] : -kInf;
 #if defined(__AVX512F__)
-        auto load16 = [row](int64_t i) {
-          const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + i));
-          return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
-        };
-        got = V >= 16 ? decide_row16(V, t, floor, u, bounds, load16, load) : decide_row(V, t, floor, u, bounds, load);
+    const auto got = V >= 16 ? decide_row16(V, t, floor, u, bounds, load16, load) : decide_row(V, t, floor, u, bounds, load);
 #else
-        got = decide_row(V, t, floor, u, bounds, load);
+    (void)load16;
+    const auto got = decide_row(V, t, floor, u, bounds, load);
 #endif
-      } else {
-        const float* row = static_cast<const float*>(base) + r * V;
-        auto load = [row](int64_t i) { return row[i]; };
-#if defined(__AVX512F__)
-        auto load16 = [row](int64_t i) { return _mm512_loadu_ps(row + i); };
-        got = V >= 16 ? decide_row16(V, t, floor, u, bounds, load16, load) : decide_row(V, t, floor, u, bounds, load);
-#else
-        got = decide_row(V, t, floor, u, bounds, load);
-#endif
-      }
-      op[r] = got.first;
-      dp[r] = got.second;
-    }
+    op[r] = got.first;
+    dp[r] = got.second;
   });
   return {out, decided};
 }

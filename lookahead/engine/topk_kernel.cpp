@@ -42,6 +42,8 @@
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
+#include "rows.h"
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -56,12 +58,7 @@
 
 namespace {
 
-inline float bf16_to_float(uint16_t bits) {
-  const uint32_t u = static_cast<uint32_t>(bits) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
+using lookahead_rows::bf16_to_float;
 
 // The k largest seen so far, descending, equal values in arrival (index) order.
 struct Best {
@@ -167,7 +164,6 @@ std::pair<int64_t, bool> choice_row16(int64_t V, float t, float lo, const float*
   const __m512 tv = _mm512_set1_ps(t);
   const __m512 lov = _mm512_set1_ps(lo);
   const __m512 neg_inf = _mm512_set1_ps(kNegInf);
-  const __m512i step = _mm512_set1_epi32(16);
   __mmask16 nan = 0;
   auto value = [&](int64_t i) {  // x / t + g, -inf where x / t < lo; NaN noted before the mask
     const __m512 q = _mm512_div_ps(load16(i), tv);
@@ -175,28 +171,9 @@ std::pair<int64_t, bool> choice_row16(int64_t V, float t, float lo, const float*
     nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
     return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(q, lov, _CMP_GE_OQ), neg_inf, v);
   };
-  __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  __m512 best = value(0);
-  __m512i at = idx;
-  int64_t i = 16;
-  for (; i + 16 <= V; i += 16) {
-    idx = _mm512_add_epi32(idx, step);
-    const __m512 v = value(i);
-    const __mmask16 up = _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ);
-    best = _mm512_mask_mov_ps(best, up, v);
-    at = _mm512_mask_mov_epi32(at, up, idx);
-  }
-  alignas(64) float bv[16];
-  alignas(64) int32_t bi[16];
-  _mm512_store_ps(bv, best);
-  _mm512_store_si512(reinterpret_cast<__m512i*>(bi), at);
-  float top = -std::numeric_limits<float>::infinity();
-  int64_t choice = -1;
-  for (int j = 0; j < 16; ++j) {  // a NaN lane never compares; NaN is reported and the caller falls back
-    if (std::isnan(bv[j])) continue;
-    if (choice < 0 || bv[j] > top || (bv[j] == top && bi[j] < choice)) { top = bv[j]; choice = bi[j]; }
-  }
-  if (choice < 0) choice = 0;
+  int64_t i = 0;
+  auto [top, choice] = lookahead_rows::first_max16(V, value, &i);  // NaN lanes skipped: NaN is reported below
+  if (choice < 0) choice = 0;  // every value -inf (masked): argmax's first
   for (; i < V; ++i) {
     const float q = load(i) / t;
     const float v = q + g[i];
@@ -249,48 +226,22 @@ std::tuple<at::Tensor, bool> sampled_choice(const at::Tensor& x, double temperat
     TORCH_CHECK(n.scalar_type() == at::kFloat && n.is_contiguous() && n.device().is_cpu() && n.numel() == V,
                 "sampled_choice: each noise row must be a contiguous float32 CPU tensor of V values");
   }
-  const float* fp = nullptr;  // each row's floor, or none
-  if (floors.has_value() && floors->defined()) {
-    TORCH_CHECK(floors->scalar_type() == at::kFloat && floors->is_contiguous() && floors->device().is_cpu() &&
-                floors->numel() == R, "sampled_choice: floors must be a contiguous float32 CPU tensor of R values");
-    fp = floors->data_ptr<float>();
-  }
+  const float* fp = lookahead_rows::floors_of(floors, R, "sampled_choice");  // each row's floor, or none
   const float t = static_cast<float>(temperature);  // what PyTorch divides a float32 tensor by
   auto out = at::empty({R}, x.options().dtype(at::kLong));
   int64_t* op = out.data_ptr<int64_t>();
   std::vector<char> nan(R, 0);
-  const bool bf16 = x.scalar_type() == at::kBFloat16;
-  const void* base = x.data_ptr();
-  at::parallel_for(0, R, 1, [&](int64_t lo, int64_t hi) {
-    for (int64_t r = lo; r < hi; ++r) {
-      const float* g = noise[r].data_ptr<float>();
-      const float l = fp != nullptr ? fp[r] : kNegInf;
-      std::pair<int64_t, bool> got;
-      if (bf16) {
-        const uint16_t* row = static_cast<const uint16_t*>(base) + r * V;
-        auto load = [row](int64_t i) { return bf16_to_float(row[i]); };
+  lookahead_rows::for_each_row(x, [&](int64_t r, auto load16, auto load) {
+    const float* g = noise[r].data_ptr<float>();
+    const float l = fp != nullptr ? fp[r] : kNegInf;
 #if defined(__AVX512F__)
-        auto load16 = [row](int64_t i) {
-          const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + i));
-          return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
-        };
-        got = V >= 16 ? choice_row16(V, t, l, g, load16, load) : choice_row(V, t, l, g, load);
+    const auto got = V >= 16 ? choice_row16(V, t, l, g, load16, load) : choice_row(V, t, l, g, load);
 #else
-        got = choice_row(V, t, l, g, load);
+    (void)load16;
+    const auto got = choice_row(V, t, l, g, load);
 #endif
-      } else {
-        const float* row = static_cast<const float*>(base) + r * V;
-        auto load = [row](int64_t i) { return row[i]; };
-#if defined(__AVX512F__)
-        auto load16 = [row](int64_t i) { return _mm512_loadu_ps(row + i); };
-        got = V >= 16 ? choice_row16(V, t, l, g, load16, load) : choice_row(V, t, l, g, load);
-#else
-        got = choice_row(V, t, l, g, load);
-#endif
-      }
-      op[r] = got.first;
-      nan[r] = got.second;
-    }
+    op[r] = got.first;
+    nan[r] = got.second;
   });
   bool any_nan = false;
   for (char c : nan) any_nan = any_nan || c;

@@ -6,8 +6,9 @@ order below is worked out in the comment beside it (score = logit / temperature 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
-import torch
 
 import lookahead
 from lookahead.candidates.recycling import RecyclingSource, SuccessorTable
@@ -30,12 +31,9 @@ class Noise(TokenChooser):
         self.at = at
         self.asked: list[int] = []
 
-    def gumbel(self, position: int) -> torch.Tensor:
+    def noise_at(self, position: int, tokens: Sequence[int]) -> list[float]:  # what recycling reads
         self.asked.append(position)
-        g = torch.zeros(VOCAB)
-        for token, value in self.at.get(position, {}).items():
-            g[token] = value
-        return g
+        return [self.at.get(position, {}).get(t, 0.0) for t in tokens]
 
 
 def sampled(noise: dict[int, dict[int, float]], **cfg: float) -> tuple[RecyclingSource, Noise]:
